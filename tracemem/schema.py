@@ -1,0 +1,155 @@
+"""What tracemem needs to know about a scope model: per-field validators, secrets, defaults.
+
+Built once per pydantic model and cached, so the hot path (a stage reading and
+writing fields) only does dictionary lookups and one validation per write.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import typing
+from typing import Annotated, Any, Union
+
+import pydantic_core
+from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter, ValidationError
+
+from .errors import TracememError
+from .paths import Path
+
+_NOT_VALIDATED = object()
+
+
+def _is_secret_annotation(ann: Any) -> bool:
+    if ann in (SecretStr, SecretBytes):
+        return True
+    return any(_is_secret_annotation(arg) for arg in typing.get_args(ann))
+
+
+def _child_annotation(ann: Any, key: Any) -> Any:
+    """The annotation of `container[key]` given the container's annotation (Any if unknown)."""
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        return _child_annotation(typing.get_args(ann)[0], key)
+    if origin is Union or str(origin) == "<class 'types.UnionType'>":
+        options = [a for a in typing.get_args(ann) if a is not type(None)]
+        return _child_annotation(options[0], key) if len(options) == 1 else Any
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        field = ann.model_fields.get(key) if isinstance(key, str) else None
+        return field.annotation if field is not None else Any
+    args = typing.get_args(ann)
+    if origin in (list, typing.List, set, frozenset) or (
+        origin is not None and origin.__name__ in ("Sequence", "MutableSequence")
+    ):
+        return args[0] if args else Any
+    if origin in (dict, typing.Dict) or (origin is not None and origin.__name__ in ("Mapping", "MutableMapping")):
+        return args[1] if len(args) == 2 else Any
+    return Any
+
+
+class ScopeSchema:
+    """Per-model facts: field names, validators, secret fields, defaults, JSON dumping."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+        self.fields: tuple[str, ...] = tuple(model.model_fields)
+        self.field_set = frozenset(self.fields)
+        self.secret = frozenset(
+            name
+            for name, info in model.model_fields.items()
+            if _is_secret_annotation(info.annotation)
+            or (isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("secret"))
+        )
+        self._adapters: dict[str, TypeAdapter] = {}
+        self._sub_adapters: dict[Any, TypeAdapter | None] = {}
+
+    def adapter(self, name: str) -> TypeAdapter:
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            info = self.model.model_fields[name]
+            ann = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+            adapter = self._adapters[name] = TypeAdapter(ann)
+        return adapter
+
+    def sub_adapter(self, path: Path, element: bool) -> TypeAdapter | None:
+        """Validator for the value at `path` (or for an element appended to it); None = Any."""
+        ann: Any = self.model.model_fields[path[0]].annotation
+        for key in path[1:]:
+            ann = _child_annotation(ann, key)
+        if element:
+            ann = _child_annotation(ann, 0)
+        if ann is Any:
+            return None
+        try:
+            cached = self._sub_adapters.get(ann, _NOT_VALIDATED)
+        except TypeError:  # unhashable annotation
+            return TypeAdapter(ann)
+        if cached is _NOT_VALIDATED:
+            cached = self._sub_adapters[ann] = TypeAdapter(ann)
+        return cached  # type: ignore[return-value]
+
+    def default(self, name: str) -> Any:
+        return self.model.model_fields[name].get_default(call_default_factory=True, validated_data={})
+
+    def dump(self, root: str, value: Any, salt: bytes) -> str:
+        """JSON text of a value written under field `root`; secret fields become a salted hash."""
+        if root in self.secret:
+            return redact(value, salt)
+        return pydantic_core.to_json(value, fallback=_fallback).decode()
+
+    def dump_scope(self, data: dict[str, Any], salt: bytes) -> str:
+        return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields) + "}"
+
+    def initial(self, inputs: Any, pipeline: str) -> dict[str, Any]:
+        """Validate a run's input into the starting scope (defaults filled in)."""
+        try:
+            model = inputs if isinstance(inputs, self.model) else self.model.model_validate(inputs or {})
+        except ValidationError as err:
+            raise TracememError(
+                f"run input for pipeline '{pipeline}' does not fit {self.model.__name__}: "
+                f"{short_error(err)}. Pass a dict or {self.model.__name__} instance with valid fields."
+            ) from None
+        return {name: getattr(model, name) for name in self.fields}
+
+    def rebuild(self, data: dict[str, Any]) -> BaseModel:
+        """A model instance from replayed JSON data; redacted secrets stay redacted."""
+        clean = {k: ("<redacted>" if k in self.secret else v) for k, v in data.items() if k in self.field_set}
+        try:
+            return self.model.model_validate(clean)
+        except ValidationError:
+            return self.model.model_construct(**clean)
+
+
+def _fallback(value: Any) -> Any:
+    """Values JSON cannot hold (functions, clients) are recorded as a marker, never stringified."""
+    return {"$unserializable": type(value).__name__}
+
+
+def redact(value: Any, salt: bytes) -> str:
+    raw = value.get_secret_value() if isinstance(value, (SecretStr, SecretBytes)) else value
+    if isinstance(raw, str):
+        raw = raw.encode()
+    elif not isinstance(raw, bytes):
+        raw = pydantic_core.to_json(raw, fallback=_fallback)
+    digest = hmac.new(salt, raw, hashlib.sha256).hexdigest()[:32]
+    return json.dumps({"$redacted": f"hmac-sha256:{digest}"})
+
+
+def short_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{first['msg']}" + (f" (at {where})" if where else "") + (
+        f" and {err.error_count() - 1} more" if err.error_count() > 1 else ""
+    )
+
+
+_SCHEMAS: dict[type, ScopeSchema] = {}
+
+
+def schema_for(model: type[BaseModel]) -> ScopeSchema:
+    schema = _SCHEMAS.get(model)
+    if schema is None:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise TracememError(f"a scope must be a pydantic BaseModel subclass, got {model!r}")
+        schema = _SCHEMAS[model] = ScopeSchema(model)
+    return schema
