@@ -1,0 +1,54 @@
+"""The optional second parameter of a stage: run facts, untracked dependencies, loop control."""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+if TYPE_CHECKING:
+    from .run import Run
+    from .scope import StageScope
+
+
+class StageContext:
+    """What a stage may know besides the scope.
+
+    `args` is the run input (read-only); `env` holds untracked dependencies such as
+    model clients (`flow.run(..., env={...})`), never recorded; `store` is the Store
+    the run records into (or None); `subject` is whose run this is (memory scoping).
+    """
+
+    __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
+                 "_rec", "_break", "_logs")
+
+    def __init__(self, run: "Run", rec: "StageScope", name: str, iteration: int, args: Mapping[str, Any],
+                 env: Mapping[str, Any], store: Any) -> None:
+        self.run_id = run.run_id
+        self.run = run
+        self.step = rec.step
+        self.stage = rec.stage
+        self.name = name
+        self.iteration = iteration
+        self.args = args
+        self.env = env
+        self.subject = run.subject
+        self.store = store
+        self._rec = rec
+        self._break: Optional[str] = None
+        self._logs: list[str] = []
+
+    def break_loop(self, reason: str = "") -> None:
+        """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
+        self._break = reason or "break_loop() called"
+
+    def log(self, message: str) -> None:
+        """A line kept with this step (`steps.logs`)."""
+        self._logs.append(str(message))
+
+    def emit(self, table: str, **row: Any) -> dict[str, Any]:
+        """Record an extra row (e.g. `model_calls`, `prompt_sections`) tied to this step."""
+        row = {"run_id": self.run_id, "step": self.step, **row}
+        self._rec.rows.append((table, row))
+        return row
+
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})

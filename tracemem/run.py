@@ -1,0 +1,121 @@
+"""A recorded run: what the runner returns and what `store.run(id)` loads back.
+
+Everything here works from the recorded rows alone (the initial scope and the
+write log), so a live run and one read back from DuckDB answer identically.
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from pydantic import BaseModel
+
+from .errors import TracememError
+from .paths import apply_write, parse_path
+from .record import Decision, Read, Step, Write
+from .schema import ScopeSchema
+
+if TYPE_CHECKING:
+    from .trace import Trace
+
+
+class Run:
+    """One pipeline run: steps, reads, writes, decisions, extra rows, and the final scope."""
+
+    def __init__(self, *, run_id: str, pipeline: str, pipeline_hash: str, schema: Optional[ScopeSchema],
+                 input_json: str, started_at: int, subject: Optional[str] = None,
+                 parent_run_id: Optional[str] = None, parent_step: Optional[int] = None) -> None:
+        self.run_id = run_id
+        self.pipeline = pipeline
+        self.pipeline_hash = pipeline_hash
+        self.schema = schema
+        self.input_json = input_json
+        self.subject = subject
+        self.parent_run_id = parent_run_id
+        self.parent_step = parent_step
+        self.started_at = started_at
+        self.ended_at: Optional[int] = None
+        self.status = "running"
+        self.error: Optional[str] = None
+        self.output: Any = None  # the final scope (pydantic model; a dict if the model is unknown)
+        self.output_json: Optional[str] = None
+        self.steps: list[Step] = []
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
+        self.decisions: list[Decision] = []
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.children: list["Run"] = []
+        self.query: Optional[str] = None
+        self.trace_id: Optional[str] = None
+        self.store: Any = None  # the Store it was recorded into, for cross-run backtracking
+
+    def __repr__(self) -> str:
+        return f"<Run {self.run_id} {self.pipeline} {self.status} steps={len(self.steps)}>"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def input(self) -> dict[str, Any]:
+        """The starting scope (run input plus defaults) as JSON data."""
+        return json.loads(self.input_json)
+
+    def step(self, ref: Union[int, str]) -> Step:
+        """A step by number, or the last execution of a stage id."""
+        if isinstance(ref, int):
+            for s in self.steps:
+                if s.step == ref:
+                    return s
+        else:
+            for s in reversed(self.steps):
+                if s.stage == ref:
+                    return s
+        raise TracememError(f"run {self.run_id} has no step {ref!r}; steps: "
+                            + ", ".join(f"{s.step}:{s.stage}" for s in self.steps))
+
+    # -- replay -------------------------------------------------------------------
+    def _replay(self, upto: Optional[int]) -> dict[str, Any]:
+        data = json.loads(self.input_json)
+        reset = self.schema.default if self.schema else (lambda name: None)
+        failed = {s.step for s in self.steps if s.status != "ok"}
+        for w in self.writes:
+            if upto is not None and w.step > upto:
+                break
+            if w.step in failed:
+                continue
+            value = None if w.value is None else json.loads(w.value)
+            apply_write(data, parse_path(w.path), w.verb, value, reset)
+        return data
+
+    def state_at(self, step: Union[int, str, None] = None) -> Any:
+        """The scope as it was after `step` (a number or stage id; None = the end), by replaying writes."""
+        upto = None if step is None else self.step(step).step
+        data = self._replay(upto)
+        return self.schema.rebuild(data) if self.schema else data
+
+    def value_at(self, path: str, step: Union[int, str, None] = None) -> Any:
+        """One path's value after `step` (None = the end)."""
+        upto = None if step is None else self.step(step).step
+        value: Any = self._replay(upto)
+        for key in parse_path(path):
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                raise TracememError(f"run {self.run_id} has no value at '{path}' after step {step}") from None
+        return value
+
+    # -- backtracking ---------------------------------------------------------------
+    def backtrack(self, path: str, *, max_depth: int = 64, max_nodes: int = 2000,
+                  cross_runs: bool = True) -> "Trace":
+        """The causal graph of the last write of `path`: see `tracemem.trace`."""
+        from .trace import backtrack
+
+        return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs)
+
+
+def as_model(schema: Optional[ScopeSchema], output_json: Optional[str]) -> Union[BaseModel, dict, None]:
+    if output_json is None:
+        return None
+    data = json.loads(output_json)
+    return schema.rebuild(data) if schema else data

@@ -1,0 +1,492 @@
+"""Executing a compiled pipeline: stages, branches, forks, loops and subflows.
+
+One coroutine runs every flow. A flow with no async stage is driven without an
+event loop (the coroutine never suspends, so `run()` costs no asyncio set-up);
+a flow with async stages runs under `asyncio.run` or `await flow.arun(...)`.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
+from typing import Any, Generic, Iterable, Mapping, Optional, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from .context import EMPTY, StageContext
+from .errors import ForkConflictError, LoopLimitError, StageError, TracememError
+from .paths import Path, format_path
+from .pipeline import Pipeline, StageSpec
+from .program import Ins, Program
+from .record import Decision, Read, Step, Write
+from .run import Run
+from .schema import ScopeSchema, schema_for
+from .scope import RunState, StageScope, apply_ops, unwrap, view_class
+
+S = TypeVar("S", bound=BaseModel)
+_PROCESS_SALT = os.urandom(16)
+_POOL: Optional[ThreadPoolExecutor] = None
+_DEFAULT_SINKS: list[Any] = []  # process-wide sinks (e.g. OpenTelemetry export)
+
+
+class Sink(Protocol):
+    """Receives a run as it happens (the store, OpenTelemetry export)."""
+
+    def begin_run(self, run: Run) -> None: ...
+    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
+                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None: ...
+    def end_run(self, run: Run) -> None: ...
+
+
+class RunFailed(TracememError):
+    """A run ended failed; `.run` is the recorded run (every finished step kept)."""
+
+    def __init__(self, run: Run, cause: Optional[BaseException]) -> None:
+        super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
+        self.run = run
+        self.__cause__ = cause
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tracemem-fork")
+    return _POOL
+
+
+class Flow(Generic[S]):
+    """A validated, runnable pipeline (`Pipeline.build()`)."""
+
+    def __init__(self, pipeline: Pipeline[S]) -> None:
+        self.pipeline = pipeline
+        self.name = pipeline.name
+        self.scope = pipeline.scope
+        self.program = Program(pipeline)
+        self.graph = self.program.graph
+        self.hash = self.program.fingerprint()
+        self.schema: ScopeSchema = schema_for(pipeline.scope)
+        self.view_class = view_class(self.schema)
+        self.has_async = any(s.is_async for s in self.program.specs) or any(
+            i.op == "loop" and callable(i.node.when) and asyncio.iscoroutinefunction(i.node.when)
+            for i in self.program.ins
+        )
+
+    def __repr__(self) -> str:
+        return f"<Flow {self.name} {self.hash} stages={len(self.program.specs)}>"
+
+    def to_mermaid(self) -> str:
+        return self.program.mermaid()
+
+    def to_spec(self) -> dict[str, Any]:
+        return {**self.program.spec(), "hash": self.hash}
+
+    def run(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
+            subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
+            tracer_provider: Any = None) -> Run:
+        """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
+        unless `raise_on_error=False`; the failed run is recorded either way)."""
+        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider)
+        if self.has_async:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(exe.execute(raise_on_error, async_mode=True))
+            raise TracememError(f"flow '{self.name}' has async stages and an event loop is running: "
+                                f"use `await flow.arun(...)`")
+        coro = exe.execute(raise_on_error, async_mode=False)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value
+        coro.close()
+        raise TracememError(f"flow '{self.name}' suspended without async stages; use `await flow.arun(...)`")
+
+    async def arun(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
+                   subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
+                   tracer_provider: Any = None) -> Run:
+        """`run` for callers already inside an event loop."""
+        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider)
+        return await exe.execute(raise_on_error, async_mode=True)
+
+
+class _Abort(Exception):
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class _Execution:
+    """The state of one run while it executes."""
+
+    def __init__(self, flow: Flow[Any], inputs: Any, env: Optional[Mapping[str, Any]], store: Any,
+                 subject: Optional[str], durability: Optional[str], tracer_provider: Any,
+                 parent: Optional[tuple[str, int]] = None, sinks: Optional[list[Any]] = None) -> None:
+        self.flow = flow
+        self.inputs = inputs
+        self.env: Mapping[str, Any] = MappingProxyType(dict(env)) if env else EMPTY
+        self.store = store
+        self.subject = subject
+        self.parent = parent
+        self.salt = store.salt if store is not None else _PROCESS_SALT
+        if sinks is None:
+            sinks = list(_DEFAULT_SINKS)
+            if store is not None:
+                sinks.append(store.sink(durability))
+            if tracer_provider is not None:
+                from .otel import OTelSink
+
+                sinks.append(OTelSink(tracer_provider))
+        self.sinks = sinks
+        self.durability = durability
+        self.tracer_provider = tracer_provider
+        self.next_step = 0
+        self.counts: dict[str, int] = {}
+        self.async_mode = False
+
+    # -- run --------------------------------------------------------------------
+    async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
+        self.async_mode = async_mode
+        flow = self.flow
+        data = flow.schema.initial(self.inputs, flow.name)
+        self.state = RunState(flow.schema, data, self.salt)
+        self.args = MappingProxyType(dict(data))
+        run = self.run = Run(
+            run_id=uuid.uuid4().hex[:16], pipeline=flow.name, pipeline_hash=flow.hash, schema=flow.schema,
+            input_json=flow.schema.dump_scope(data, self.salt), started_at=time.time_ns(), subject=self.subject,
+            parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None,
+        )
+        run.store = self.store
+        if flow.pipeline.query:
+            run.query = str(unwrap(data.get(flow.pipeline.query)) or "") or None
+        for sink in self.sinks:
+            sink.begin_run(run)
+        cause: Optional[BaseException] = None
+        try:
+            await self._execute_program()
+            run.status = "ok"
+        except _Abort as abort:
+            run.status, run.error, cause = "failed", str(abort), abort.cause
+        except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
+            run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
+            self._finish(run)
+            raise
+        self._finish(run)
+        if run.status != "ok" and raise_on_error:
+            raise RunFailed(run, cause)
+        return run
+
+    def _finish(self, run: Run) -> None:
+        data = self.state.data
+        run.ended_at = time.time_ns()
+        run.output = self.flow.scope.model_construct(**data)
+        run.output_json = self.flow.schema.dump_scope(data, self.salt)
+        if self.flow.pipeline.query and run.query is None:
+            run.query = str(unwrap(data.get(self.flow.pipeline.query)) or "") or None
+        for sink in self.sinks:
+            sink.end_run(run)
+
+    async def _execute_program(self) -> None:
+        ins_list = self.flow.program.ins
+        end = len(ins_list)
+        self.last_decision: dict[Any, int] = {}
+        self.loop_counts: dict[Any, int] = {}
+        self.branch_keys: dict[int, str] = {}
+        pc = 0
+        while pc < end:
+            ins = ins_list[pc]
+            op = ins.op
+            if op == "jump":
+                pc = ins.target
+            elif op == "stage":
+                pc = await self._do_stage(ins, pc)
+            elif op == "branch":
+                pc = await self._do_branch(ins, pc)
+            elif op == "loop":
+                pc = await self._do_loop(ins, pc)
+            elif op == "fork":
+                await self._do_fork(ins)
+                pc += 1
+            else:
+                await self._do_subflow(ins)
+                pc += 1
+
+    def _routed_by(self, ins: Ins) -> Optional[int]:
+        best = None
+        for region in ins.regions:
+            step = self.last_decision.get(region.key)
+            if step is not None and (best is None or step > best):
+                best = step
+        return best
+
+    # -- one stage ------------------------------------------------------------------
+    def _begin(self, spec: StageSpec) -> tuple[StageScope, int]:
+        self.next_step += 1
+        iteration = self.counts.get(spec.id, 0)
+        self.counts[spec.id] = iteration + 1
+        return StageScope(self.state, self.next_step, spec.id), iteration
+
+    async def _call(self, spec: StageSpec, rec: StageScope, iteration: int, fn: Any = None) -> tuple[Any, Any]:
+        ctx = StageContext(self.run, rec, spec.name, iteration, self.args, self.env, self.store) \
+            if spec.takes_ctx else None
+        call = fn or spec.fn
+        result = call(self.flow.view_class(rec), ctx) if ctx is not None else call(self.flow.view_class(rec))
+        if spec.is_async:
+            result = await result
+        return result, ctx
+
+    def _fail(self, spec: StageSpec, rec: StageScope, iteration: int, started: int, routed: Optional[int],
+              error: BaseException, kind: Optional[str] = None, ctx: Any = None,
+              child_run_id: Optional[str] = None) -> _Abort:
+        """Record a failed step (its reads and rows kept, its writes never committed)."""
+        message = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
+        step = Step(rec.step, spec.id, spec.name, kind or spec.kind, iteration, "failed", message, started,
+                    time.time_ns(), routed, child_run_id, tuple(ctx._logs) if ctx else ())
+        self._record(step, rec, None, writes=[])
+        if isinstance(error, TracememError) and not isinstance(error, StageError):
+            return _Abort(message, error)
+        return _Abort(str(StageError(spec.id, self.run.run_id, error)), error)
+
+    def _record(self, step: Step, rec: StageScope, decision: Optional[Decision],
+                writes: Optional[list[Write]] = None) -> None:
+        run = self.run
+        writes = rec.writes if writes is None else writes
+        run.steps.append(step)
+        if rec.reads:
+            run.reads.extend(rec.reads)
+        if writes:
+            run.writes.extend(writes)
+        if decision is not None:
+            run.decisions.append(decision)
+        for table, row in rec.rows:
+            run.rows.setdefault(table, []).append(row)
+        for sink in self.sinks:
+            sink.step_done(run, step, rec.reads, writes, decision, rec.rows)
+
+    def _commit(self, rec: StageScope) -> None:
+        if rec.own:
+            data, last = self.state.data, self.state.last_write
+            for name, seq in rec.own.items():
+                data[name] = unwrap(rec.overlay[name])
+                last[name] = (rec.step, seq)
+
+    async def _run_one(self, ins: Ins, spec: StageSpec, kind: str, fn: Any = None
+                       ) -> tuple[StageScope, Any, Any, int, int, Optional[int]]:
+        routed = self._routed_by(ins)
+        rec, iteration = self._begin(spec)
+        started = time.time_ns()
+        try:
+            result, ctx = await self._call(spec, rec, iteration, fn)
+        except Exception as err:
+            raise self._fail(spec, rec, iteration, started, routed, err, kind)
+        return rec, result, ctx, iteration, started, routed
+
+    async def _do_stage(self, ins: Ins, pc: int) -> int:
+        spec = ins.spec
+        rec, _, ctx, iteration, started, routed = await self._run_one(ins, spec, "stage")
+        decision, next_pc = None, pc + 1
+        if ctx is not None and ctx._break is not None:
+            decision, next_pc = self._break(ins, rec, ctx._break)
+            if decision is None:
+                err = TracememError(f"stage '{spec.id}' called break_loop() but is not inside a loop")
+                raise self._fail(spec, rec, iteration, started, routed, err, ctx=ctx)
+        self._commit(rec)
+        self._record(Step(rec.step, spec.id, spec.name, spec.kind, iteration, "ok", None, started, time.time_ns(),
+                          routed, None, tuple(ctx._logs) if ctx else ()), rec, decision)
+        return next_pc
+
+    def _break(self, ins: Ins, rec: StageScope, reason: str) -> tuple[Optional[Decision], int]:
+        loops = [r for r in ins.regions if isinstance(r.key, tuple)]
+        if not loops:
+            return None, -1
+        region = max(loops, key=lambda r: r.start)
+        self.loop_counts.pop(region.key, None)
+        self.last_decision.pop(region.key, None)
+        return Decision(rec.step, "break", {"reason": reason, "loop": region.name}), region.exit
+
+    async def _do_branch(self, ins: Ins, pc: int) -> int:
+        spec = ins.spec
+        rec, key, ctx, iteration, started, routed = await self._run_one(ins, spec, "decider")
+        if key not in ins.targets:
+            err = TracememError(f"decider '{spec.id}' returned {key!r}, which is not one of its branches: "
+                                f"{', '.join(ins.targets)}")
+            raise self._fail(spec, rec, iteration, started, routed, err, ctx=ctx)
+        loop_key = ("loop", pc)
+        if key in ins.loop_keys:
+            count = self.loop_counts.get(loop_key, 0) + 1
+            limit = self.flow.pipeline.max_iterations
+            if count > limit:
+                err = LoopLimitError(
+                    f"loop '{spec.id}→{ins.node.arms[key]}' in pipeline '{self.flow.name}' exceeded "
+                    f"max_iterations={limit} (decider '{spec.id}' kept choosing '{key}'); make it exit or raise "
+                    f"Pipeline(..., max_iterations=...)")
+                raise self._fail(spec, rec, iteration, started, routed, err, ctx=ctx)
+            self.loop_counts[loop_key] = count
+            self.last_decision[loop_key] = rec.step
+        elif loop_key in self.loop_counts:
+            self.loop_counts.pop(loop_key)
+            self.last_decision.pop(loop_key, None)
+        evidence = rec.evidence if rec.evidence is not None else {"returned": key}
+        decision = Decision(rec.step, key, evidence)
+        self._commit(rec)
+        self._record(Step(rec.step, spec.id, spec.name, "decider", iteration, "ok", None, started, time.time_ns(),
+                          routed, None, tuple(ctx._logs) if ctx else ()), rec, decision)
+        self.last_decision[pc] = rec.step
+        self.branch_keys[pc] = key
+        return ins.targets[key]
+
+    async def _do_loop(self, ins: Ins, pc: int) -> int:
+        node = ins.node
+        loop_key = ("loop", pc)
+        spec = StageSpec(id=node.id, name=node.id, fn=node.when if callable(node.when) else _always,
+                         kind="loop", is_async=asyncio.iscoroutinefunction(node.when))
+        if isinstance(node.when, str):
+            again = self.branch_keys.get(ins.branch_index) == node.when
+            decided_by = self.last_decision.get(ins.branch_index)
+            rec = None
+        else:
+            rec, result, _, iteration, started, routed = await self._run_one(ins, spec, "loop")
+            again, decided_by = bool(result), rec.step
+        if not again:
+            self.loop_counts.pop(loop_key, None)
+            self.last_decision.pop(loop_key, None)
+            if rec is not None:
+                self._record(Step(rec.step, spec.id, spec.name, "loop", iteration, "ok", None, started,
+                                  time.time_ns(), routed), rec, Decision(rec.step, "exit", {"when": node.when.__name__}))
+            return pc + 1
+        count = self.loop_counts.get(loop_key, 0) + 1
+        if count > node.max_iterations:
+            if rec is None:
+                routed = self._routed_by(ins)
+                rec, iteration = self._begin(spec)
+                started = time.time_ns()
+            err = LoopLimitError(f"loop '{node.id}' back to '{node.target}' in pipeline '{self.flow.name}' exceeded "
+                                 f"max_iterations={node.max_iterations}; make the loop exit or raise max_iterations")
+            raise self._fail(spec, rec, iteration, started, routed, err)
+        self.loop_counts[loop_key] = count
+        if decided_by is not None:
+            self.last_decision[loop_key] = decided_by
+        if rec is not None:
+            self._record(Step(rec.step, spec.id, spec.name, "loop", iteration, "ok", None, started, time.time_ns(),
+                              routed), rec, Decision(rec.step, "continue", {"when": node.when.__name__}))
+        return ins.target
+
+    # -- fork -------------------------------------------------------------------------
+    async def _do_fork(self, ins: Ins) -> None:
+        routed = self._routed_by(ins)
+        specs: list[StageSpec] = ins.node.branches
+        begun = [self._begin(spec) for spec in specs]
+        outcomes: list[tuple[int, int, Any, Optional[BaseException]]]
+
+        def call_sync(i: int) -> tuple[int, int, Any, Optional[BaseException]]:
+            started = time.time_ns()
+            try:
+                coro = self._call(specs[i], begun[i][0], begun[i][1])
+                try:
+                    coro.send(None)
+                except StopIteration as done:
+                    return started, time.time_ns(), done.value[1], None
+                coro.close()
+                raise TracememError("internal: a sync fork branch suspended")
+            except Exception as err:
+                return started, time.time_ns(), None, err
+
+        async def call_async(i: int) -> tuple[int, int, Any, Optional[BaseException]]:
+            if not specs[i].is_async:
+                return await asyncio.to_thread(call_sync, i)
+            started = time.time_ns()
+            try:
+                _, ctx = await self._call(specs[i], begun[i][0], begun[i][1])
+                return started, time.time_ns(), ctx, None
+            except Exception as err:
+                return started, time.time_ns(), None, err
+
+        if self.async_mode:
+            outcomes = list(await asyncio.gather(*(call_async(i) for i in range(len(specs)))))
+        else:
+            futures = [_pool().submit(call_sync, i) for i in range(1, len(specs))]
+            outcomes = [call_sync(0)] + [f.result() for f in futures]
+
+        failure: Optional[BaseException] = next((o[3] for o in outcomes if o[3] is not None), None)
+        failed_at = next((i for i, o in enumerate(outcomes) if o[3] is not None), -1)
+        if failure is None:
+            failure, pair = _fork_conflict(specs, [b[0] for b in begun])
+        if failure is not None:
+            abort = None
+            for i, (spec, (rec, iteration)) in enumerate(zip(specs, begun)):
+                own = outcomes[i][3]
+                err = own if own is not None else (
+                    failure if failed_at < 0 else TracememError(f"not committed: fork branch '{specs[failed_at].id}' failed"))
+                a = self._fail(spec, rec, iteration, outcomes[i][0], routed, err, ctx=outcomes[i][2])
+                abort = abort or (a if own is not None or failed_at < 0 else None)
+            raise abort or _Abort(str(failure), failure)
+        for i, (spec, (rec, iteration)) in enumerate(zip(specs, begun)):
+            apply_ops(self.state, rec.ops)
+            for name, seq in rec.own.items():
+                self.state.last_write[name] = (rec.step, seq)
+            ctx = outcomes[i][2]
+            self._record(Step(rec.step, spec.id, spec.name, "fork-branch", iteration, "ok", None, outcomes[i][0],
+                              outcomes[i][1], routed, None, tuple(ctx._logs) if ctx else ()), rec, None)
+
+    # -- subflow ----------------------------------------------------------------------
+    async def _do_subflow(self, ins: Ins) -> None:
+        node = ins.node
+        spec = ins.spec
+        routed = self._routed_by(ins)
+        rec, iteration = self._begin(spec)
+        started = time.time_ns()
+        child: Optional[Run] = None
+        try:
+            view = self.flow.view_class(rec)
+            if callable(node.inputs):
+                child_inputs = unwrap(node.inputs(view))
+            else:
+                child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
+            exe = _Execution(node.flow, child_inputs, self.env, self.store, self.subject, self.durability,
+                             self.tracer_provider, parent=(self.run.run_id, rec.step), sinks=self.sinks)
+            if self.async_mode:
+                child = await exe.execute(False, async_mode=True)
+            else:
+                coro = exe.execute(False, async_mode=False)
+                try:
+                    coro.send(None)
+                except StopIteration as done:
+                    child = done.value
+            self.run.children.append(child)
+            if child.status != "ok":
+                raise TracememError(f"subflow '{node.flow.name}' (child run {child.run_id}) failed: {child.error}")
+            for parent_field, child_field in node.outputs.items():
+                setattr(view, parent_field, getattr(child.output, child_field))
+        except Exception as err:
+            raise self._fail(spec, rec, iteration, started, routed, err,
+                             child_run_id=child.run_id if child else None)
+        self._commit(rec)
+        self._record(Step(rec.step, spec.id, spec.name, "subflow", iteration, "ok", None, started, time.time_ns(),
+                          routed, child.run_id), rec, None)
+
+
+def _always(scope: Any) -> bool:
+    return True
+
+
+def _fork_conflict(specs: list[StageSpec], recs: list[StageScope]
+                   ) -> tuple[Optional[ForkConflictError], Any]:
+    """Two branches conflict when one sets/deletes a path the other also touches (appends merge)."""
+    touched: list[tuple[list[Path], list[Path]]] = []
+    for rec in recs:
+        sets = [p for p, verb, _ in rec.ops if verb != "append"]
+        appends = [p for p, verb, _ in rec.ops if verb == "append"]
+        touched.append((sets, appends))
+    for i in range(len(recs)):
+        for j in range(i + 1, len(recs)):
+            for p in touched[i][0]:
+                for q in touched[j][0] + touched[j][1]:
+                    if p[: len(q)] == q or q[: len(p)] == p:
+                        return ForkConflictError(format_path(p), specs[i].id, specs[j].id), (i, j)
+            for p in touched[i][1]:
+                for q in touched[j][0]:
+                    if p[: len(q)] == q or q[: len(p)] == p:
+                        return ForkConflictError(format_path(q), specs[i].id, specs[j].id), (i, j)
+    return None, None

@@ -1,0 +1,303 @@
+"""Backtracking: the causal graph of a value, as a networkx DiGraph.
+
+Edges point from a value to what it depended on:
+- data: a write ← the reads its own stage made *before* it ← the writes they saw
+  (or the run input);
+- compose: a partial write (append, item set, delete) ← the field's previous write;
+- control: a step ← the decision that routed execution to it ← the decider's reads;
+- source: beyond the scope (`tracemem.sources`): a model call ← its prompt sections
+  ← memories ← the run and step a memory was extracted in, and past runs loaded as
+  snapshots — followed into those runs' own records.
+"""
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+
+import networkx as nx
+
+from .paths import parse_path
+from .record import Read, Step, Write
+
+if TYPE_CHECKING:
+    from .run import Run
+
+# Extensions add edges from a step to things outside the scope (see tracemem.sources).
+SourceHook = Callable[["_Walker", "RunIndex", int, str], None]
+SOURCE_HOOKS: list[SourceHook] = []
+
+
+class RunIndex:
+    """Lookups over one run's record used while walking it."""
+
+    def __init__(self, run: "Run") -> None:
+        self.run = run
+        failed = {s.step for s in run.steps if s.status != "ok"}
+        self.steps = {s.step: s for s in run.steps}
+        self.reads: dict[int, list[Read]] = {}
+        for r in run.reads:
+            self.reads.setdefault(r.step, []).append(r)
+        self.writes: dict[tuple[int, int], Write] = {}
+        self.by_root: dict[str, list[Write]] = {}
+        for w in run.writes:
+            if w.step in failed:
+                continue
+            self.writes[(w.step, w.seq)] = w
+            self.by_root.setdefault(parse_path(w.path)[0], []).append(w)
+        self.position = {(w.step, w.seq): i for ws in self.by_root.values() for i, w in enumerate(ws)}
+        self.decisions = {d.step: d for d in run.decisions}
+
+    def node_write(self, w: Write) -> str:
+        return f"w:{self.run.run_id}:{w.step}:{w.seq}"
+
+    def last_write(self, path: str) -> Optional[Write]:
+        wanted = parse_path(path)
+        for w in reversed(self.by_root.get(wanted[0], [])):
+            p = parse_path(w.path)
+            n = min(len(p), len(wanted))
+            if p[:n] == wanted[:n]:
+                return w
+        return None
+
+
+class Trace:
+    """The result of `run.backtrack(path)`."""
+
+    def __init__(self, run: "Run", path: str) -> None:
+        self.run = run
+        self.run_id = run.run_id
+        self.path = path
+        self.graph = nx.DiGraph(target=path, run_id=run.run_id)
+        self.root: Optional[str] = None
+        self.missing: Optional[str] = None
+        self.truncated = False
+
+    @property
+    def steps(self) -> list[Step]:
+        """The contributing steps of the traced run, in run order."""
+        ids = sorted({d["step"] for _, d in self.graph.nodes(data=True)
+                      if d.get("run_id") == self.run_id and d.get("step") is not None})
+        by_number = {s.step: s for s in self.run.steps}
+        return [by_number[i] for i in ids if i in by_number]
+
+    def sources(self, kind: str) -> list[dict[str, Any]]:
+        """Nodes of one kind: 'memory', 'prompt_section', 'model_call', 'run', 'input', 'decision', 'write'."""
+        return [{"node": n, **d} for n, d in self.graph.nodes(data=True) if d.get("kind") == kind]
+
+    def runs(self) -> list[str]:
+        """Every run the trace reached (the traced run first)."""
+        seen = [self.run_id]
+        for _, d in self.graph.nodes(data=True):
+            rid = d.get("run_id")
+            if rid and rid not in seen:
+                seen.append(rid)
+        return seen
+
+    # -- rendering ----------------------------------------------------------------
+    def explain(self, max_lines: int = 60) -> str:
+        """A short narrative, read top-down: the value, then what it came from."""
+        if self.missing:
+            return f"{self.path}: never written in run {self.run_id} (its value is the run input or the default)"
+        lines: list[str] = []
+        seen: set[str] = set()
+
+        def visit(node: str, depth: int, via: Optional[str]) -> None:
+            if len(lines) >= max_lines:
+                return
+            arrow = "" if depth == 0 else "  " * (depth - 1) + ("⇐ " if via == "control" else "← ")
+            if node in seen:
+                lines.append(f"{arrow}{describe(self.graph.nodes[node])} (see above)")
+                return
+            seen.add(node)
+            lines.append(arrow + describe(self.graph.nodes[node]))
+            for child in self.graph.successors(node):
+                visit(child, depth + 1, self.graph.edges[node, child].get("kind"))
+
+        if self.root is not None:
+            visit(self.root, 0, None)
+        if self.truncated:
+            lines.append("… truncated (raise max_depth / max_nodes to see more)")
+        elif len(lines) >= max_lines:
+            lines.append(f"… ({self.graph.number_of_nodes()} nodes in all; see trace.to_json())")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "path": self.path, "root": self.root, "missing": self.missing,
+            "truncated": self.truncated,
+            "nodes": [{"id": n, **d} for n, d in self.graph.nodes(data=True)],
+            "edges": [{"from": a, "to": b, **d} for a, b, d in self.graph.edges(data=True)],
+        }
+
+    def to_mermaid(self) -> str:
+        ids = {n: f"t{i}" for i, n in enumerate(self.graph.nodes)}
+        lines = ["flowchart BT"]
+        for n, d in self.graph.nodes(data=True):
+            label = describe(d).replace('"', "'")
+            if len(label) > 80:
+                label = label[:77] + "..."
+            lines.append(f'    {ids[n]}["{label}"]')
+        for a, b, d in self.graph.edges(data=True):
+            style = "-.->" if d.get("kind") == "control" else "-->"
+            lines.append(f"    {ids[b]} {style}|{d.get('kind')}| {ids[a]}")
+        return "\n".join(lines)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(d: dict[str, Any]) -> str:
+    kind = d.get("kind")
+    if kind == "write":
+        verb = {"set": "=", "append": "+=", "delete": "deleted"}.get(d["verb"], d["verb"])
+        value = "" if d["verb"] == "delete" else " " + _short(json.loads(d["value"]) if d["value"] else None)
+        return f"{d['path']} {verb}{value}  (run {d['run_id'][:8]} step {d['step']}, {d['stage']})"
+    if kind == "input":
+        return f"{d['path']}: run input (run {d['run_id'][:8]})"
+    if kind == "decision":
+        matched = [r["rule"] for r in d.get("evidence", {}).get("rules", []) if r.get("matched")] \
+            if isinstance(d.get("evidence"), dict) else []
+        why = f" because '{matched[0]}'" if matched else ""
+        return f"decider {d['stage']} chose '{d['chosen']}'{why} (run {d['run_id'][:8]} step {d['step']})"
+    if kind == "step":
+        return f"step {d['step']} {d['stage']} (run {d['run_id'][:8]})"
+    return d.get("label") or f"{kind} {d}"
+
+
+class _Walker:
+    """Breadth-first walk adding nodes and edges, across runs when a store is at hand."""
+
+    def __init__(self, trace: Trace, max_depth: int, max_nodes: int, cross_runs: bool) -> None:
+        self.trace = trace
+        self.g = trace.graph
+        self.max_depth = max_depth
+        self.max_nodes = max_nodes
+        self.cross_runs = cross_runs
+        self.queue: deque[tuple[str, int, RunIndex, Any]] = deque()
+        self.indexes: dict[str, RunIndex] = {trace.run_id: RunIndex(trace.run)}
+        self.store = trace.run.store
+
+    def index(self, run_id: str) -> Optional[RunIndex]:
+        if run_id not in self.indexes:
+            if self.store is None or not self.cross_runs:
+                return None
+            try:
+                self.indexes[run_id] = RunIndex(self.store.run(run_id))
+            except Exception:
+                return None
+        return self.indexes[run_id]
+
+    def add(self, node: str, depth: int, idx: Optional[RunIndex], item: Any, **attrs: Any) -> bool:
+        """Add a node (once) and queue it for expansion; False when the node budget is spent."""
+        if node in self.g:
+            return True
+        if self.g.number_of_nodes() >= self.max_nodes:
+            self.trace.truncated = True
+            return False
+        self.g.add_node(node, **attrs)
+        if depth >= self.max_depth:
+            if item is not None:
+                self.trace.truncated = True
+            return True
+        if item is not None:
+            self.queue.append((node, depth, idx, item))
+        return True
+
+    def link(self, parent: str, child: str, kind: str) -> None:
+        if child in self.g and parent in self.g:
+            self.g.add_edge(parent, child, kind=kind)
+
+    def write_node(self, idx: RunIndex, w: Write, depth: int) -> str:
+        node = idx.node_write(w)
+        step = idx.steps[w.step]
+        self.add(node, depth, idx, ("write", w), kind="write", run_id=idx.run.run_id, step=w.step, seq=w.seq,
+                 path=w.path, verb=w.verb, value=w.value, stage=step.stage, child_run_id=step.child_run_id)
+        return node
+
+    def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
+        node = f"in:{idx.run.run_id}:{path}"
+        self.add(node, depth, idx, None, kind="input", run_id=idx.run.run_id, path=path)
+        return node
+
+    def step_node(self, idx: RunIndex, step: int, depth: int) -> str:
+        """A whole step as a source (its reads and routing), e.g. the step that extracted a memory."""
+        node = f"s:{idx.run.run_id}:{step}"
+        s = idx.steps.get(step)
+        self.add(node, depth, idx, ("step", step), kind="step", run_id=idx.run.run_id, step=step,
+                 stage=s.stage if s else "?")
+        return node
+
+    def read_sources(self, node: str, idx: RunIndex, reads: Iterable[Read], depth: int) -> None:
+        for r in reads:
+            if r.source_step is None:
+                child = self.input_node(idx, r.path, depth + 1)
+            else:
+                w = idx.writes.get((r.source_step, r.source_seq))
+                if w is None:
+                    continue
+                child = self.write_node(idx, w, depth + 1)
+            self.link(node, child, "data")
+
+    def control(self, node: str, idx: RunIndex, step: int, depth: int) -> None:
+        s = idx.steps.get(step)
+        if s is None or s.routed_by is None:
+            return
+        d = idx.decisions.get(s.routed_by)
+        if d is None:
+            return
+        decider = idx.steps[s.routed_by]
+        child = f"d:{idx.run.run_id}:{d.step}"
+        self.add(child, depth + 1, idx, ("decision", d.step), kind="decision", run_id=idx.run.run_id, step=d.step,
+                 stage=decider.stage, chosen=d.chosen, evidence=d.evidence)
+        self.link(node, child, "control")
+
+    def expand(self, node: str, depth: int, idx: RunIndex, item: Any) -> None:
+        what = item[0]
+        if what == "write":
+            w: Write = item[1]
+            self.read_sources(node, idx, (r for r in idx.reads.get(w.step, ()) if r.seq < w.seq), depth)
+            if w.verb != "set" or "." in w.path or "[" in w.path:
+                root = parse_path(w.path)[0]
+                pos = idx.position[(w.step, w.seq)]
+                if pos > 0:
+                    self.link(node, self.write_node(idx, idx.by_root[root][pos - 1], depth + 1), "compose")
+                else:
+                    self.link(node, self.input_node(idx, root, depth + 1), "compose")
+            self.control(node, idx, w.step, depth)
+            for hook in SOURCE_HOOKS:
+                hook(self, idx, w.step, node, depth)  # type: ignore[call-arg]
+        elif what in ("decision", "step"):
+            step = item[1]
+            self.read_sources(node, idx, idx.reads.get(step, ()), depth)
+            self.control(node, idx, step, depth)
+            if what == "step":
+                for hook in SOURCE_HOOKS:
+                    hook(self, idx, step, node, depth)  # type: ignore[call-arg]
+        elif callable(what):
+            what(self, node, depth, idx, *item[1:])
+
+    def walk(self) -> None:
+        while self.queue:
+            node, depth, idx, item = self.queue.popleft()
+            self.expand(node, depth, idx, item)
+
+
+def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
+              cross_runs: bool = True) -> Trace:
+    trace = Trace(run, path)
+    walker = _Walker(trace, max_depth, max_nodes, cross_runs)
+    idx = walker.indexes[run.run_id]
+    target = idx.last_write(path)
+    if target is None:
+        trace.missing = "never-written"
+        trace.root = walker.input_node(idx, path, 0)
+        return trace
+    trace.root = walker.write_node(idx, target, 0)
+    walker.walk()
+    return trace
