@@ -15,6 +15,7 @@ inside a loop leaves it after that stage.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Optional, TypeVar, Union
@@ -47,21 +48,30 @@ def stage_spec(fn: Callable[..., Any], *, id: Optional[str] = None, name: Option
                description: Optional[str] = None, kind: str = "stage", tool: bool = False) -> StageSpec:
     if not callable(fn):
         raise PipelineError(f"a stage must be a function fn(scope) or fn(scope, ctx), got {fn!r}")
-    base = getattr(fn, "__name__", None) or type(fn).__name__
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    base = getattr(inner, "__name__", None) or type(inner).__name__
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
     try:
-        params = [p for p in inspect.signature(target).parameters.values()
+        # signature(fn) handles partials and callable objects (self dropped) alike
+        params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
     if len(params) > 2 or (not params and not inspect.isbuiltin(fn)):
         raise PipelineError(
             f"stage '{base}' must take (scope) or (scope, ctx), but its signature is "
-            f"{inspect.signature(target)}; wrap it in a function of that shape"
+            f"{_signature(fn)}; wrap it in a function of that shape"
         )
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
     return StageSpec(id=id or base, name=name or base, fn=fn, description=description or _doc(fn),
                      kind=kind, is_async=is_async, takes_ctx=len(params) == 2, tool=tool)
+
+
+def _signature(fn: Callable[..., Any]) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(unknown)"
 
 
 def _doc(fn: Callable[..., Any]) -> Optional[str]:

@@ -6,6 +6,7 @@ arms, loops) that tell which decision routed each step.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import types
@@ -274,6 +275,8 @@ class Program:
 
 def code_fingerprint(fn: Callable[..., Any]) -> bytes:
     """Bytes that change when a stage's code changes (stable across processes)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__call__", None), "__code__", None)
     if code is None:
         return (getattr(fn, "__qualname__", None) or type(fn).__qualname__).encode()
@@ -283,5 +286,14 @@ def code_fingerprint(fn: Callable[..., Any]) -> bytes:
 def _code_bytes(code: types.CodeType) -> bytes:
     parts = [code.co_code, repr(code.co_names).encode()]
     for const in code.co_consts:
-        parts.append(_code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode())
+        parts.append(_code_bytes(const) if isinstance(const, types.CodeType) else _const_repr(const).encode())
     return hashlib.sha256(b"\0".join(parts)).digest()
+
+
+def _const_repr(const: Any) -> str:
+    """repr of a code constant, with set order (which varies with PYTHONHASHSEED) made stable."""
+    if isinstance(const, frozenset):
+        return "frozenset({" + ", ".join(sorted(_const_repr(c) for c in const)) + "})"
+    if isinstance(const, tuple):
+        return "(" + ", ".join(_const_repr(c) for c in const) + ",)"
+    return repr(const)

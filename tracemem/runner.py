@@ -7,6 +7,7 @@ a flow with async stages runs under `asyncio.run` or `await flow.arun(...)`.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import time
 import uuid
@@ -152,7 +153,8 @@ class _Execution:
         flow = self.flow
         data = flow.schema.initial(self.inputs, flow.name)
         self.state = RunState(flow.schema, data, self.salt)
-        self.args = MappingProxyType(dict(data))
+        self.initial = dict(data)
+        self.args: Optional[Mapping[str, Any]] = None  # a private copy of the input, made on first use
         run = self.run = Run(
             run_id=uuid.uuid4().hex[:16], pipeline=flow.name, pipeline_hash=flow.hash, schema=flow.schema,
             input_json=flow.schema.dump_scope(data, self.salt), started_at=time.time_ns(), subject=self.subject,
@@ -229,13 +231,24 @@ class _Execution:
         return StageScope(self.state, self.next_step, spec.id), iteration
 
     async def _call(self, spec: StageSpec, rec: StageScope, iteration: int, fn: Any = None) -> tuple[Any, Any]:
-        ctx = StageContext(self.run, rec, spec.name, iteration, self.args, self.env, self.store) \
-            if spec.takes_ctx else None
+        ctx = None
+        if spec.takes_ctx:
+            args = self.args if self.args is not None else self._args()
+            ctx = StageContext(self.run, rec, spec.name, iteration, args, self.env, self.store)
         call = fn or spec.fn
         result = call(self.flow.view_class(rec), ctx) if ctx is not None else call(self.flow.view_class(rec))
         if spec.is_async:
             result = await result
         return result, ctx
+
+    def _args(self) -> Mapping[str, Any]:
+        """`ctx.args`: a copy of the run input, so mutating it can never reach the scope unrecorded."""
+        try:
+            copied = copy.deepcopy(self.initial)
+        except Exception:  # an uncopyable value (a lock, a client): share it, as env does
+            copied = dict(self.initial)
+        self.args = MappingProxyType(copied)
+        return self.args
 
     def _fail(self, spec: StageSpec, rec: StageScope, iteration: int, started: int, routed: Optional[int],
               error: BaseException, kind: Optional[str] = None, ctx: Any = None,

@@ -104,7 +104,8 @@ class StageScope:
         try:
             value = schema.adapter(name).validate_python(unwrap(value))
         except ValidationError as err:
-            raise ScopeWriteError(self.stage, name, value, short_error(err)) from None
+            shown = "<redacted>" if name in schema.secret else value
+            raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
         self.seq += 1
         self.writes.append(Write(self.step, self.seq, name, "set", schema.dump(name, value, self.state.salt)))
         self.ops.append(((name,), "set", value))
@@ -124,7 +125,8 @@ class StageScope:
             try:
                 value = raw if adapter is None else adapter.validate_python(raw)
             except ValidationError as err:
-                raise ScopeWriteError(self.stage, format_path(path), raw, short_error(err)) from None
+                shown = "<redacted>" if path[0] in schema.secret else raw
+                raise ScopeWriteError(self.stage, format_path(path), shown, short_error(err)) from None
         root = path[0]
         self.seq += 1
         dumped = None if verb == "delete" else schema.dump(root, value, self.state.salt)

@@ -33,6 +33,9 @@ class Embedder(Protocol):
 
     embedder_id: str
     dim: int
+    # Optional attributes read with getattr(): caveat (str | None), lexical_weight
+    # (share of BM25 in the fused score, default 0.5), min_similarity (cosine below
+    # which a record sharing no query word is not a match, default 0.0).
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return float32 (len(texts), dim); rows should be L2-normalized."""
@@ -42,24 +45,29 @@ class Embedder(Protocol):
 class HashingEmbedder:
     """Deterministic, offline, numpy-only embedder: signed feature hashing.
 
-    Features are content words (stopwords dropped, light stemming), word bigrams
-    and character n-grams of each word (with boundary marks, so "paint" and
+    Features are content words (stopwords dropped, light stemming), optionally
+    word bigrams (off by default: they cost recall on LoCoMo), and character n-grams of each word (with boundary marks, so "paint" and
     "painting" share most of their pieces). Each feature is hashed with CRC32 to
     a column and a sign; counts are damped with log1p and the row L2-normalized.
     Same text, same vector, on every machine and every run.
     """
 
     caveat: str | None = HASHING_CAVEAT
+    # Fusion tuning (read by search): a hashing vector is itself lexical, so BM25 leads;
+    # below min_similarity a record that shares no query term is not a match.
+    lexical_weight: float = 0.7
+    min_similarity: float = 0.1
 
     def __init__(self, dim: int = 384, *, char_ngrams: tuple[int, int] = (3, 5),
-                 bigram_weight: float = 0.7, char_weight: float = 0.35) -> None:
+                 bigram_weight: float = 0.0, char_weight: float = 1.0) -> None:
         if dim < 16:
             raise MemoryInputError(f"HashingEmbedder dim must be >= 16, got {dim}")
         self.dim = int(dim)
         self._lo, self._hi = char_ngrams
         self._bigram_weight = bigram_weight
         self._char_weight = char_weight
-        self.embedder_id = f"hashing-v1:d{self.dim}:c{self._lo}-{self._hi}"
+        # Every parameter changes the vector space, so every parameter is in the id.
+        self.embedder_id = f"hashing-v1:d{self.dim}:c{self._lo}-{self._hi}:cw{char_weight:g}:bw{bigram_weight:g}"
 
     def _features(self, text: str) -> Counter[str]:
         toks = terms(text)
@@ -73,8 +81,9 @@ class HashingEmbedder:
                 share = self._char_weight / len(grams) ** 0.5
                 for g in grams:
                     feats["c:" + g] += share
-        for a, b in zip(toks, toks[1:]):
-            feats[f"b:{a} {b}"] += self._bigram_weight
+        if self._bigram_weight > 0:
+            for a, b in zip(toks, toks[1:]):
+                feats[f"b:{a} {b}"] += self._bigram_weight
         return feats
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

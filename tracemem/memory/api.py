@@ -1,0 +1,400 @@
+"""`Memory`: the long-term memory of a store (`store.memory`).
+
+Every change is one transaction that writes the record and its `memory_events`
+row together, then updates the in-process index, all under the store's lock
+(the DuckDB connection is shared between threads). Reads of single records go
+to DuckDB; searches go to the index, which mirrors the live rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import duckdb
+import numpy as np
+
+from . import sql
+from .embedders import Embedder, HashingEmbedder, check_vectors
+from .errors import EmbedderMismatchError, MemoryInputError, MemoryNotFoundError
+from .index import VectorIndex
+from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
+                      check_subject, check_window, to_utc_naive)
+from .search import Exclusion, ScoredRecord, SearchResult, rank_shard
+from .tables import MEMORY_COLUMNS, MEMORY_DDL, META_DDL, META_DIM, META_EMBEDDER_ID
+
+__all__ = ["Memory", "DEFAULT_FLOOR"]
+
+DEFAULT_FLOOR = 60
+_DEFAULT: Any = object()
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _row(rec: MemoryRecord) -> tuple[Any, ...]:
+    return tuple(getattr(rec, c) for c in MEMORY_COLUMNS)
+
+
+def _record(row: Sequence[Any]) -> MemoryRecord:
+    return MemoryRecord(**dict(zip(MEMORY_COLUMNS, row)))
+
+
+class Memory:
+    """Remember, change, forget and honestly recall facts, scoped by subject."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock | None = None, *,
+                 embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
+            raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
+        self.con = con
+        self.lock = lock if lock is not None else threading.RLock()
+        self.embedder: Embedder | None = HashingEmbedder() if embedder is _DEFAULT else embedder
+        self.floor = float(floor)
+        self._clock = clock or _utcnow
+        self._index: VectorIndex | None = None
+        with self.lock:
+            for stmt in [META_DDL, *MEMORY_DDL]:  # no-ops when the store already ran them
+                con.execute(stmt)
+            self._check_embedder()
+
+    # -- embedder bookkeeping --------------------------------------------------
+    def _check_embedder(self) -> None:
+        emb = self.embedder
+        if emb is None:
+            return
+        if not isinstance(getattr(emb, "dim", None), int) or emb.dim <= 0 or not getattr(emb, "embedder_id", None):
+            raise MemoryInputError(f"embedder {emb!r} must have a non-empty embedder_id and a positive int dim")
+        stored_id = sql.get_meta(self.con, META_EMBEDDER_ID)
+        stored_dim = sql.get_meta(self.con, META_DIM)
+        others = [r[0] for r in self.con.execute(
+            "SELECT DISTINCT embedder_id FROM memories WHERE embedding IS NOT NULL AND embedder_id <> ? LIMIT 3",
+            [emb.embedder_id]).fetchall()]
+        if (stored_id and stored_id != emb.embedder_id) or others:
+            raise EmbedderMismatchError(
+                f"this store's memories were embedded with {stored_id or others[0]!r}, but the configured "
+                f"embedder is {emb.embedder_id!r}: vectors of two embedders are not comparable. Open the store "
+                f"with the same embedder, or call memory.reembed() after opening it with embedder=None")
+        if stored_dim and int(stored_dim) != emb.dim:
+            raise EmbedderMismatchError(f"store vectors have dim {stored_dim}, the embedder has dim {emb.dim}")
+
+    def _bind_embedder(self) -> None:
+        if self.embedder is not None and sql.get_meta(self.con, META_EMBEDDER_ID) is None:
+            sql.set_meta(self.con, META_EMBEDDER_ID, self.embedder.embedder_id)
+            sql.set_meta(self.con, META_DIM, str(self.embedder.dim))
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray | None:
+        if self.embedder is None or not texts:
+            return None
+        return check_vectors(self.embedder.embed(list(texts)), dim=self.embedder.dim, n=len(texts),
+                             what=f"output of embedder {self.embedder.embedder_id!r}")
+
+    def _given_vector(self, embedding: Any, embedder_id: str | None) -> np.ndarray:
+        if self.embedder is None:
+            raise EmbedderMismatchError("an embedding was given but this memory has no embedder configured")
+        if embedder_id is None or embedder_id != self.embedder.embedder_id:
+            raise EmbedderMismatchError(
+                f"embedding comes from embedder {embedder_id!r} but this store uses "
+                f"{self.embedder.embedder_id!r}; pass embedder_id={self.embedder.embedder_id!r} with a vector of that model")
+        return check_vectors(embedding, dim=self.embedder.dim, n=1)
+
+    # -- index ---------------------------------------------------------------------
+    def rebuild_index(self) -> int:
+        """Reload the in-process index from DuckDB (embedding any record stored without a vector)."""
+        with self.lock:
+            recs, vecs = sql.load_live(self.con)
+            dim = self.embedder.dim if self.embedder else None
+            matrix = None
+            if dim is not None:
+                matrix = np.zeros((len(recs), dim), dtype=np.float32)
+                missing = []
+                for i, v in enumerate(vecs):
+                    if v is None:
+                        missing.append(i)
+                    elif len(v) != dim:
+                        raise EmbedderMismatchError(f"memory {recs[i][0]} has a vector of dim {len(v)}, expected {dim}")
+                    else:
+                        matrix[i] = v
+                if missing:
+                    new = self._embed([recs[i][2] for i in missing])
+                    assert new is not None
+                    matrix[missing] = new
+                    with sql.transaction(self.con):
+                        sql.write_embeddings(self.con, [recs[i][0] for i in missing], new, self.embedder.embedder_id)
+                        self._bind_embedder()
+                    idx = MEMORY_COLUMNS.index("embedder_id")
+                    for i in missing:
+                        recs[i] = recs[i][:idx] + (self.embedder.embedder_id,) + recs[i][idx + 1:]
+            index = VectorIndex(dim)
+            index.add_many(recs, matrix)
+            self._index = index
+            return len(recs)
+
+    def _loaded(self) -> VectorIndex:
+        if self._index is None:
+            self.rebuild_index()
+        assert self._index is not None
+        return self._index
+
+    # -- writes ----------------------------------------------------------------------
+    def remember(self, subject: str, text: str, *, tags: Sequence[str] = (), confidence: float = 60,
+                 valid_from: datetime | None = None, valid_until: datetime | None = None,
+                 source_run_id: str | None = None, source_step: int | None = None, source_ref: str | None = None,
+                 review_state: str = "fresh", run_id: str | None = None,
+                 embedding: Sequence[float] | np.ndarray | None = None, embedder_id: str | None = None) -> MemoryRecord:
+        """Store one fact about `subject`; returns the record (logged as a `remember` event)."""
+        item = dict(text=text, tags=tags, confidence=confidence, valid_from=valid_from, valid_until=valid_until,
+                    source_run_id=source_run_id, source_step=source_step, source_ref=source_ref,
+                    review_state=review_state)
+        vec = None if embedding is None else self._given_vector(embedding, embedder_id)
+        return self._remember([(subject, item)], run_id=run_id, given=vec)[0]
+
+    def remember_many(self, items: Iterable[Mapping[str, Any]], *, run_id: str | None = None) -> list[MemoryRecord]:
+        """Bulk `remember`: each item is a dict of remember()'s arguments (subject and text required)."""
+        pairs = []
+        for item in items:
+            item = dict(item)
+            if "subject" not in item or "text" not in item:
+                raise MemoryInputError(f"each item needs 'subject' and 'text', got keys {sorted(item)}")
+            pairs.append((item.pop("subject"), item))
+        return self._remember(pairs, run_id=run_id, given=None)
+
+    def _remember(self, pairs: list[tuple[str, dict[str, Any]]], *, run_id: str | None,
+                  given: np.ndarray | None) -> list[MemoryRecord]:
+        now = to_utc_naive(self._clock(), "clock()")
+        recs: list[MemoryRecord] = []
+        allowed = {"text", "tags", "confidence", "valid_from", "valid_until", "source_run_id", "source_step",
+                   "source_ref", "review_state"}
+        for subject, item in pairs:
+            unknown = set(item) - allowed
+            if unknown:
+                raise MemoryInputError(f"unknown memory fields {sorted(unknown)}; allowed: {sorted(allowed)}")
+            item.setdefault("confidence", 60)
+            item.setdefault("review_state", "fresh")
+            item["tags"] = as_tags(item.get("tags"))
+            fields = check_fields(item)
+            check_window(fields.get("valid_from"), fields.get("valid_until"))
+            recs.append(MemoryRecord(memory_id=f"m_{uuid.uuid4().hex[:16]}", subject=check_subject(subject),
+                                     embedder_id=self.embedder.embedder_id if self.embedder else None,
+                                     created_at=now, updated_at=now, **fields))
+        vecs = given if given is not None else self._embed([r.text for r in recs])
+        rows = [_row(r) for r in recs]
+        with self.lock:
+            index = self._loaded()
+            with sql.transaction(self.con):
+                sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
+                sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
+                                             for r in recs])
+                if vecs is not None:
+                    self._bind_embedder()
+            index.add_many(rows, vecs)
+        return recs
+
+    def _change(self, memory_id: str, event: str, fields: dict[str, Any], *, run_id: str | None,
+                reason: str | None, allow_forgotten: bool = False, extra_events: Sequence[tuple] = (),
+                now: datetime | None = None) -> MemoryRecord:
+        """Apply `fields` to one record in one transaction with its event; keep the index in step."""
+        with self.lock:
+            old = self.get(memory_id)
+            if old.forgotten and not allow_forgotten:
+                raise MemoryInputError(f"memory {memory_id} was forgotten at {old.deleted_at}; "
+                                       f"remember the fact again instead of changing it")
+            now = now or to_utc_naive(self._clock(), "clock()")
+            changed = {k: v for k, v in fields.items() if getattr(old, k) != v}
+            if not changed:
+                return old
+            new = old.model_copy(update={**changed, "updated_at": now})
+            MemoryRecord.model_validate(new.model_dump())  # re-check every rule on the result
+            check_window(new.valid_from, new.valid_until)
+            vec = None
+            db_fields: dict[str, Any] = {**changed, "updated_at": now}
+            if "text" in changed and self.embedder is not None:
+                vec = self._embed([new.text])
+                db_fields["embedding"] = vec[0]
+                db_fields["embedder_id"] = self.embedder.embedder_id
+                new = new.model_copy(update={"embedder_id": self.embedder.embedder_id})
+            index = self._loaded()
+            oldv, newv = old.audit_view(), new.audit_view()
+            with sql.transaction(self.con):
+                sql.update_record(self.con, memory_id, db_fields)
+                sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
+                                              {k: newv[k] for k in changed}, run_id, now, reason), *extra_events])
+            if new.forgotten:
+                index.retire(new.subject, memory_id)
+            elif "text" in changed:
+                index.retire(new.subject, memory_id)
+                index.add_many([_row(new)], vec)
+            else:
+                index.update_meta(_row(new))
+            return new
+
+    def update(self, memory_id: str, *, run_id: str | None = None, reason: str | None = None,
+               **changes: Any) -> MemoryRecord:
+        """Change text, tags, confidence, review_state, validity window or source_ref (logged)."""
+        bad = set(changes) - set(UPDATABLE_FIELDS)
+        if bad:
+            raise MemoryInputError(f"cannot update {sorted(bad)}: updatable fields are {', '.join(UPDATABLE_FIELDS)}")
+        if not changes:
+            raise MemoryInputError("update() needs at least one field to change")
+        return self._change(memory_id, "update", check_fields(changes), run_id=run_id, reason=reason)
+
+    def flag(self, memory_id: str, state: str, reason: str, *, run_id: str | None = None) -> MemoryRecord:
+        """Set the review state (stale/contradicted keep it out of recall) with a reason (logged)."""
+        if state not in REVIEW_STATES:
+            raise MemoryInputError(f"state {state!r} is not one of {', '.join(REVIEW_STATES)}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise MemoryInputError("flag() needs a non-empty reason: the history must say why")
+        return self._change(memory_id, "flag", {"review_state": state}, run_id=run_id, reason=reason)
+
+    def supersede(self, old_id: str, new_id: str, *, run_id: str | None = None,
+                  reason: str | None = None) -> MemoryRecord:
+        """Mark `old_id` contradicted and link it to `new_id` (both kept; both logged)."""
+        if old_id == new_id:
+            raise MemoryInputError(f"a memory cannot supersede itself ({old_id})")
+        with self.lock:
+            new = self.get(new_id)
+            old = self.get(old_id)
+            if new.subject != old.subject:
+                raise MemoryInputError(f"cannot link memories of two subjects ({old.subject!r} and {new.subject!r})")
+            if new.forgotten:
+                raise MemoryInputError(f"memory {new_id} was forgotten; it cannot supersede {old_id}")
+            now = to_utc_naive(self._clock(), "clock()")
+            link = (new_id, "supersedes", None, {"supersedes": old_id}, run_id, now, reason)
+            return self._change(old_id, "supersede", {"review_state": "contradicted", "superseded_by": new_id},
+                                run_id=run_id, reason=reason, extra_events=[link], now=now)
+
+    def forget(self, memory_id: str, *, run_id: str | None = None, reason: str | None = None) -> MemoryRecord:
+        """Soft delete: the record leaves every search and list but stays for audit (logged)."""
+        with self.lock:
+            old = self.get(memory_id)
+            if old.forgotten:
+                return old  # idempotent: nothing changes, nothing to log
+            now = to_utc_naive(self._clock(), "clock()")
+            return self._change(memory_id, "forget", {"deleted_at": now}, run_id=run_id, reason=reason, now=now)
+
+    def purge(self, memory_id: str, *, run_id: str | None = None, reason: str | None = None) -> None:
+        """Hard delete: the row goes, and the text is scrubbed from earlier events; the purge is logged."""
+        with self.lock:
+            old = self.get(memory_id)
+            now = to_utc_naive(self._clock(), "clock()")
+            index = self._loaded()
+            with sql.transaction(self.con):
+                self.con.execute("DELETE FROM memories WHERE memory_id = ?", [memory_id])
+                self.con.execute("UPDATE memory_events SET old = CASE WHEN old IS NULL THEN NULL ELSE '{\"purged\": true}' END, "
+                                 "new = CASE WHEN new IS NULL THEN NULL ELSE '{\"purged\": true}' END "
+                                 "WHERE memory_id = ? AND event NOT IN ('supersedes')", [memory_id])
+                sql.insert_events(self.con, [(memory_id, "purge", None, None, run_id, now, reason)])
+            index.retire(old.subject, memory_id)
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, memory_id: str) -> MemoryRecord:
+        """The record, forgotten or not; MemoryNotFoundError if it never existed or was purged."""
+        with self.lock:
+            rows = sql.fetch_records(self.con, "memory_id = ?", [memory_id])
+        if not rows:
+            raise MemoryNotFoundError(f"no memory {memory_id!r} (never stored, or purged: see history())")
+        return _record(rows[0])
+
+    def embedding(self, memory_id: str) -> np.ndarray | None:
+        """The stored vector of a record (None when it has none)."""
+        with self.lock:
+            row = self.con.execute("SELECT embedding FROM memories WHERE memory_id = ?", [memory_id]).fetchone()
+        if row is None:
+            raise MemoryNotFoundError(f"no memory {memory_id!r}")
+        return None if row[0] is None else np.asarray(row[0], dtype=np.float32)
+
+    def history(self, memory_id: str) -> list[MemoryEvent]:
+        """Every event of a record, oldest first (also after a purge)."""
+        import json
+
+        with self.lock:
+            rows = self.con.execute('SELECT event_id, memory_id, event, old, new, run_id, "at", reason '
+                                    "FROM memory_events WHERE memory_id = ? ORDER BY event_id", [memory_id]).fetchall()
+        if not rows:
+            raise MemoryNotFoundError(f"no memory {memory_id!r} and no history for it")
+        return [MemoryEvent(event_id=r[0], memory_id=r[1], event=r[2], old=json.loads(r[3]) if r[3] else None,
+                            new=json.loads(r[4]) if r[4] else None, run_id=r[5], at=r[6], reason=r[7]) for r in rows]
+
+    def list(self, subject: str, *, include_forgotten: bool = False, review_states: Sequence[str] | None = None,
+             tag: str | None = None, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
+        """The subject's records, oldest first; forgotten ones only on request."""
+        where, params = ["subject = ?"], [check_subject(subject)]
+        if not include_forgotten:
+            where.append("deleted_at IS NULL")
+        if review_states is not None:
+            bad = set(review_states) - set(REVIEW_STATES)
+            if bad:
+                raise MemoryInputError(f"unknown review states {sorted(bad)}")
+            where.append(f"review_state IN ({', '.join('?' * len(review_states))})" if review_states else "FALSE")
+            params.extend(review_states)
+        if tag is not None:
+            where.append("list_contains(tags, ?)")
+            params.append(tag)
+        clause = " AND ".join(where) + " ORDER BY created_at, memory_id"
+        if limit is not None:
+            clause += f" LIMIT {int(limit)}"
+        clause += f" OFFSET {int(offset)}"
+        with self.lock:
+            rows = sql.fetch_records(self.con, clause, params)
+        return [_record(r) for r in rows]
+
+    def subjects(self) -> list[str]:
+        """Subjects that have at least one live record."""
+        with self.lock:
+            return [r[0] for r in self.con.execute(
+                "SELECT DISTINCT subject FROM memories WHERE deleted_at IS NULL ORDER BY subject").fetchall()]
+
+    # -- search ----------------------------------------------------------------------------
+    def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
+               limit: int | None = 10, now: datetime | None = None) -> SearchResult:
+        """Ranked search within one subject; `recall=True` applies the prompt-injection contract."""
+        check_subject(subject)
+        if not isinstance(query, str) or not query.strip():
+            raise MemoryInputError("query is empty: pass the text to search for (use list(subject) to browse)")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise MemoryInputError(f"limit must be a positive int or None, got {limit!r}")
+        at = to_utc_naive(now, "now") if now is not None else to_utc_naive(self._clock(), "clock()")
+        emb = self.embedder
+        reason: str | None = None
+        with self.lock:
+            shard = self._loaded().shard(subject)
+            qvec = None
+            if semantic:
+                if emb is None:
+                    reason = "no embedder configured"
+                elif shard is not None and shard.row_of and shard.indexed_count() == 0:
+                    reason = f"no record of subject {subject!r} is indexed (stored without embeddings)"
+                else:
+                    try:
+                        qvec = self._embed([query])[0]  # type: ignore[index]
+                    except Exception as exc:  # an embedder failure must degrade, loudly, not crash recall
+                        reason = f"index error: query embedding failed: {type(exc).__name__}: {exc}"
+            mode = "semantic" if semantic and reason is None else "literal"
+            result = SearchResult(subject=subject, query=query, records=[], mode=mode, requested_semantic=semantic,
+                                  index_unavailable_reason=reason, now=at,
+                                  caveat=getattr(emb, "caveat", None) if mode == "semantic" else None,
+                                  embedder_id=emb.embedder_id if emb is not None and mode == "semantic" else None,
+                                  recall_filtered=recall, recall_floor=self.floor if recall else None)
+            if shard is None or not shard.row_of:
+                return result
+            ranking = rank_shard(shard, query, query_vec=qvec if mode == "semantic" else None,
+                                 lexical_weight=float(getattr(emb, "lexical_weight", 0.5)),
+                                 min_similarity=float(getattr(emb, "min_similarity", 0.0)),
+                                 recall=recall, floor=self.floor, now=at, limit=limit)
+            records = []
+            for row in ranking.rows:
+                r = int(row)
+                data = dict(zip(MEMORY_COLUMNS, shard.rows[r]))  # type: ignore[arg-type]
+                sim = None if ranking.similarity is None else float(ranking.similarity[r])
+                records.append(ScoredRecord(**data, score=float(ranking.score[r]),
+                                            lexical_score=float(ranking.lexical[r]), similarity=sim))
+            excluded = [Exclusion(memory_id=shard.ids[r], reason=why, detail=d)  # type: ignore[arg-type]
+                        for r, why, d in ranking.exclusions]
+        return result.model_copy(update=dict(
+            records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
+            excluded_flagged=ranking.counts["flagged"], excluded_below_floor=ranking.counts["below_floor"],
+            excluded_out_of_window=ranking.counts["out_of_window"]))

@@ -1,0 +1,129 @@
+"""The DuckDB schema: versioned, with migrations from every earlier version.
+
+Table and column names are a public contract (users write SQL against them);
+add columns or tables in a new version with a migration, never rename.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import duckdb
+
+from ..errors import TracememError
+from ..memory.tables import MEMORY_DDL
+
+SCHEMA_VERSION = 2
+FORMAT = "tracemem"
+
+META_DDL = "CREATE TABLE IF NOT EXISTS tracemem_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+
+# Version 1: the run record (issue 3's first cut).
+V1_DDL: list[str] = [
+    """CREATE TABLE runs (
+        run_id VARCHAR, pipeline VARCHAR, pipeline_hash VARCHAR, status VARCHAR, error VARCHAR,
+        started_at TIMESTAMP_NS, ended_at TIMESTAMP_NS, input JSON, output JSON,
+        parent_run_id VARCHAR, parent_step INTEGER, pid INTEGER, host VARCHAR)""",
+    """CREATE TABLE steps (
+        run_id VARCHAR, step INTEGER, stage VARCHAR, name VARCHAR, kind VARCHAR, iteration INTEGER,
+        status VARCHAR, error VARCHAR, started_at TIMESTAMP_NS, ended_at TIMESTAMP_NS,
+        routed_by INTEGER, child_run_id VARCHAR, logs VARCHAR[])""",
+    """CREATE TABLE writes (run_id VARCHAR, step INTEGER, seq INTEGER, path VARCHAR, verb VARCHAR, value JSON)""",
+    """CREATE TABLE reads (
+        run_id VARCHAR, step INTEGER, seq INTEGER, path VARCHAR, source_step INTEGER, source_seq INTEGER)""",
+    """CREATE TABLE decisions (run_id VARCHAR, step INTEGER, chosen VARCHAR, evidence JSON)""",
+    """CREATE TABLE model_calls (
+        run_id VARCHAR, step INTEGER, call_id VARCHAR, model VARCHAR, provider VARCHAR, prompt_id VARCHAR,
+        response VARCHAR, input_tokens INTEGER, output_tokens INTEGER, latency_ms DOUBLE,
+        started_at TIMESTAMP_NS, error VARCHAR)""",
+    """CREATE TABLE prompts (prompt_id VARCHAR, run_id VARCHAR, step INTEGER, text VARCHAR, messages JSON)""",
+    """CREATE TABLE prompt_sections (
+        prompt_id VARCHAR, idx INTEGER, kind VARCHAR, text VARCHAR, start_char INTEGER, end_char INTEGER,
+        source_kind VARCHAR, source_id VARCHAR, run_id VARCHAR, step INTEGER)""",
+    """CREATE TABLE memory_uses (
+        run_id VARCHAR, step INTEGER, memory_id VARCHAR, outcome VARCHAR, reason VARCHAR, score DOUBLE,
+        rank INTEGER)""",
+]
+
+# Version 2: run subjects, queries and trace ids; snapshot uses; run embeddings.
+V2_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN subject VARCHAR",
+    "ALTER TABLE runs ADD COLUMN query VARCHAR",
+    "ALTER TABLE runs ADD COLUMN trace_id VARCHAR",
+    """CREATE TABLE snapshot_uses (
+        run_id VARCHAR, step INTEGER, source_run_id VARCHAR, score DOUBLE, projection VARCHAR, query VARCHAR)""",
+    """CREATE TABLE run_embeddings (
+        run_id VARCHAR, pipeline VARCHAR, embedder_id VARCHAR, query VARCHAR, embedding FLOAT[],
+        created_at TIMESTAMP_NS)""",
+]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION}
+
+RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
+              "memory_uses", "snapshot_uses", "run_embeddings")
+ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
+
+
+def _meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
+    row = con.execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
+    con.execute("INSERT OR REPLACE INTO tracemem_meta VALUES (?, ?)", [key, value])
+
+
+def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> None:
+    """Create a fresh store at `version` (older versions exist for migration tests)."""
+    con.execute(META_DDL)
+    for ddl in V1_DDL:
+        con.execute(ddl)
+    for v in range(2, version + 1):
+        for ddl in MIGRATIONS[v]:
+            con.execute(ddl)
+    for ddl in MEMORY_DDL:
+        con.execute(ddl)
+    _set_meta(con, "format", FORMAT)
+    _set_meta(con, "schema_version", str(version))
+
+
+def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
+                log: Callable[[str], None] = lambda m: None) -> int:
+    """Check the file is a tracemem store, migrate it if older; return its version."""
+    tables = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+    if not tables:
+        if read_only:
+            raise TracememError(f"{path} is empty, not a tracemem store; run a flow with Store('{path}') first")
+        create(con)
+        return SCHEMA_VERSION
+    if "tracemem_meta" not in tables or _meta(con, "format") != FORMAT:
+        shown = ", ".join(sorted(tables)[:8])
+        raise TracememError(
+            f"{path} is not a tracemem store (it holds tables {shown} but no tracemem_meta format marker); "
+            f"point tracemem at another path, e.g. --db agent.duckdb")
+    version = int(_meta(con, "schema_version") or 0)
+    if version > SCHEMA_VERSION:
+        raise TracememError(
+            f"{path} was written by a newer tracemem (schema v{version}; this version reads up to "
+            f"v{SCHEMA_VERSION}); upgrade: pip install -U tracemem-agents")
+    if version < 1:
+        raise TracememError(f"{path} has an unknown tracemem schema version {version!r}; it cannot be opened")
+    if version < SCHEMA_VERSION:
+        if read_only:
+            raise TracememError(
+                f"{path} uses schema v{version} and needs migrating to v{SCHEMA_VERSION}; "
+                f"open it once without read_only (e.g. `tracemem runs --db {path} --write`)")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for ddl in MIGRATIONS[v]:
+                    con.execute(ddl)
+                log(f"migrated {path} to schema v{v}")
+            for ddl in MEMORY_DDL:
+                con.execute(ddl)
+            _set_meta(con, "schema_version", str(SCHEMA_VERSION))
+            con.execute("COMMIT")
+        except Exception as err:
+            con.execute("ROLLBACK")
+            raise TracememError(f"migrating {path} from schema v{version} failed: {err}; the file is unchanged") from err
+    return SCHEMA_VERSION

@@ -1,0 +1,285 @@
+"""`Store`: one DuckDB file holding every run, step, read, write, decision, model call,
+prompt section and memory.
+
+    store = Store("agent.duckdb")
+    run = flow.run({...}, store=store)
+    store.sql("SELECT stage, avg(epoch_ms(ended_at) - epoch_ms(started_at)) FROM steps GROUP BY 1").df()
+
+Concurrency: any number of threads of one process may run flows into one Store.
+DuckDB lets one process write a file at a time; a second process opening it gets
+`StoreLockedError` naming the holder, or — with `read_only=True,
+snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+import threading
+import weakref
+from datetime import datetime
+from typing import Any, Callable, Optional
+
+import duckdb
+from pydantic import BaseModel
+
+from ..errors import TracememError
+from ..run import Run
+from ..schema import schema_for
+from .load import load_run
+from .retention import PruneReport, export, prune
+from .schema import _meta, _set_meta, open_schema
+from .writer import Batch, StoreSink
+
+
+class StoreLockedError(TracememError):
+    """Another process holds the DuckDB file's write lock."""
+
+
+class Store:
+    """A tracemem store: `Store(":memory:")` for tests, `Store("agent.duckdb")` for real use."""
+
+    def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
+                 flush_interval: float = 0.05, embedder: Any = "default", snapshot_if_locked: bool = False,
+                 log: Callable[[str], None] = lambda message: None) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self.durability = durability
+        self.flush_interval = flush_interval
+        self.snapshot_of: Optional[str] = None
+        self.lock = threading.RLock()
+        self.con = self._connect(snapshot_if_locked)
+        self._local = threading.local()
+        self._schemas: dict[str, Any] = {}
+        self._pending: list[Run] = []
+        self._cv = threading.Condition()
+        self._drain_lock = threading.Lock()
+        self._writer: Optional[threading.Thread] = None
+        self._errors: list[BaseException] = []
+        self._closed = False
+        with self.lock:
+            open_schema(self.con, self.path, self.read_only or self.snapshot_of is not None, log)
+            salt = _meta(self.con, "secret_salt")
+            if salt is None and not self.read_only:
+                salt = os.urandom(16).hex()
+                _set_meta(self.con, "secret_salt", salt)
+            self.salt = bytes.fromhex(salt or "00")
+            self.interrupted = [] if self.read_only else self._mark_interrupted()
+        self.memory = self._open_memory(embedder)
+        ref = weakref.ref(self)
+        atexit.register(lambda: ref() is not None and ref().close())
+
+    def __repr__(self) -> str:
+        return f"<Store {self.path}{' (snapshot)' if self.snapshot_of else ''}>"
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- opening ----------------------------------------------------------------
+    def _connect(self, snapshot_if_locked: bool) -> duckdb.DuckDBPyConnection:
+        path = self.path
+        if path != ":memory:" and self.read_only and not os.path.exists(path):
+            raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
+        try:
+            return duckdb.connect(path, read_only=self.read_only)
+        except duckdb.Error as err:
+            text = str(err)
+            if "lock" not in text.lower():
+                raise TracememError(f"cannot open {path}: {text.splitlines()[0]}") from None
+            pid = re.search(r"PID (\d+)", text)
+            holder = f"process {pid.group(1)}" if pid else "another process"
+            if not snapshot_if_locked:
+                raise StoreLockedError(
+                    f"{path} is open for writing by {holder}; DuckDB allows one writing process per file. "
+                    f"To read it now use Store('{path}', read_only=True, snapshot_if_locked=True) or the "
+                    f"`tracemem` CLI (both read a snapshot copy), query it from that process with store.sql(), "
+                    f"or stop {holder}.") from None
+            return self._open_snapshot(holder)
+
+    def _open_snapshot(self, holder: str) -> duckdb.DuckDBPyConnection:
+        """Copy the file (and its WAL) aside and open the copy: a consistent-enough read while locked."""
+        folder = tempfile.mkdtemp(prefix="tracemem-snapshot-")
+        copy = os.path.join(folder, os.path.basename(self.path))
+        shutil.copyfile(self.path, copy)
+        if os.path.exists(self.path + ".wal"):
+            shutil.copyfile(self.path + ".wal", copy + ".wal")
+        self.snapshot_of, self.path = self.path, copy
+        self.snapshot_note = f"{self.snapshot_of} is locked by {holder}; reading a copy taken at {datetime.now():%H:%M:%S}"
+        return duckdb.connect(copy)
+
+    def _mark_interrupted(self) -> list[str]:
+        """Runs left 'running' by a process that is gone (a crash under durability 'stage')."""
+        rows = self.con.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'").fetchall()
+        import socket
+
+        dead = [r[0] for r in rows if not (r[2] == socket.gethostname() and (r[1] == os.getpid() or _alive(r[1])))]
+        for run_id in dead:
+            self.con.execute("UPDATE runs SET status = 'interrupted', error = 'process ended before the run did' "
+                             "WHERE run_id = ?", [run_id])
+        return dead
+
+    def _open_memory(self, embedder: Any) -> Any:
+        from ..memory import Memory
+
+        kwargs = {} if embedder == "default" else {"embedder": embedder}
+        return Memory(self.con.cursor(), self.lock, **kwargs)
+
+    # -- writing ------------------------------------------------------------------
+    def sink(self, durability: Optional[str] = None) -> StoreSink:
+        """What the runner records a run through (`flow.run(..., store=store)`)."""
+        if self.read_only:
+            raise TracememError(f"{self.path} is open read-only; open Store('{self.path}') to record runs")
+        return StoreSink(self, durability or self.durability)
+
+    def _write_now(self, batch: Batch) -> None:
+        with self.lock:
+            batch.insert(self.con)
+
+    def _finish_run_now(self, run: Run) -> None:
+        with self.lock:
+            self.con.execute(
+                "UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, query = ?, "
+                "trace_id = ? WHERE run_id = ?",
+                [run.status, run.error, run.ended_at, run.output_json, run.query, run.trace_id, run.run_id])
+
+    def _enqueue(self, run: Run) -> None:
+        with self._cv:
+            self._pending.append(run)
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="tracemem-writer", daemon=True)
+                self._writer.start()
+            if len(self._pending) >= 256:
+                self._cv.notify()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self._pending and not self._closed:
+                    self._cv.wait(self.flush_interval)
+                if self._closed and not self._pending:
+                    return
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._drain_lock:
+            with self._cv:
+                runs, self._pending = self._pending, []
+            if not runs:
+                return
+            batch = Batch()
+            for run in runs:
+                batch.add_run(run)
+            try:
+                self._write_now(batch)
+            except BaseException as err:  # kept and raised by the next flush()
+                with self._cv:
+                    self._pending[:0] = runs
+                self._errors.append(err)
+
+    def flush(self) -> None:
+        """Write every queued run now (queries call this first, so they see every finished run)."""
+        self._drain()
+        if self._errors:
+            err = self._errors.pop(0)
+            raise TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued") from err
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            with self._cv:
+                self._closed = True
+                self._cv.notify_all()
+            if self._writer is not None:
+                self._writer.join(timeout=5)
+            with self.lock:
+                self.con.close()
+
+    # -- reading ------------------------------------------------------------------
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:
+            cur = self._local.cursor = self.con.cursor()
+        return cur
+
+    def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
+        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`)."""
+        self.flush()
+        try:
+            return self._cursor().sql(query, params=params)
+        except duckdb.Error as err:
+            raise TracememError(f"SQL error: {str(err).splitlines()[0]}") from None
+
+    def register_scope(self, pipeline: str, scope: type[BaseModel]) -> None:
+        """Tell the store which scope model a pipeline uses, so loaded runs rebuild it."""
+        self._schemas[pipeline] = schema_for(scope)
+
+    def run(self, run_id: str, *, scope: Optional[type[BaseModel]] = None) -> Run:
+        """A recorded run, loaded as the same `Run` the runner returns."""
+        self.flush()
+        with self.lock:
+            return load_run(self, self.con, run_id, schema_for(scope) if scope else None)
+
+    def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
+             since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
+             limit: int = 100, include_children: bool = False) -> list[dict[str, Any]]:
+        """Run summaries, newest first, filtered."""
+        where, params = [], []
+        for column, value in (("pipeline", pipeline), ("status", status), ("subject", subject)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            where.append("started_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("started_at < ?")
+            params.append(until)
+        if not include_children:
+            where.append("parent_run_id IS NULL")
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        rel = self.sql(
+            "SELECT run_id, pipeline, status, error, started_at, ended_at, "
+            "round(epoch_ns(ended_at - started_at) / 1e6, 3) AS duration_ms, subject, parent_run_id, "
+            "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
+            f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
+        cols = rel.columns
+        return [dict(zip(cols, row)) for row in rel.fetchall()]
+
+    def backtrack(self, run_id: str, path: str, **kwargs: Any) -> Any:
+        """`store.run(run_id).backtrack(path)`."""
+        return self.run(run_id).backtrack(path, **kwargs)
+
+    # -- retention ------------------------------------------------------------------
+    def prune(self, *, older_than: Optional[datetime] = None, keep_last: Optional[int] = None,
+              dry_run: bool = False, progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
+        """Delete runs (and all their rows) older than a date and/or beyond the newest
+        `keep_last`; never a memory, nor a run a memory cites as its source."""
+        self.flush()
+        with self.lock:
+            return prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, progress=progress)
+
+    def export(self, directory: str, *, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
+        """Write every table to `directory/<table>.parquet`; returns rows per table."""
+        self.flush()
+        with self.lock:
+            return export(self.con, directory, progress=progress)
+
+
+def _alive(pid: Optional[int]) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

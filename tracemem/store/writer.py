@@ -1,0 +1,161 @@
+"""Batched, columnar writing of runs into DuckDB, off the stages' hot path.
+
+Rows are collected as Python tuples and inserted per table as one Arrow table
+(`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
+hundreds of rows a second, Arrow batches hundreds of thousands.
+
+Durability "run" (default): a finished run is queued whole and written by a
+background thread within `flush_interval` seconds (and on flush/close/exit), so
+a crash loses at most the runs of that last interval and never half a run.
+Durability "stage": the run row is written when the run starts, and each step's
+rows are on disk before the next stage starts; reopening a file after a crash
+marks such a run `interrupted`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+import pyarrow as pa
+
+from ..errors import TracememError
+from ..record import Decision, Read, Step, Write
+from ..run import Run
+
+if TYPE_CHECKING:
+    from .store import Store
+
+NS = pa.timestamp("ns")
+S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
+
+COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
+    "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
+             ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
+             ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S)],
+    "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
+              ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
+              ("child_run_id", S), ("logs", pa.list_(S))],
+    "writes": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("verb", S), ("value", J)],
+    "reads": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("source_step", I), ("source_seq", I)],
+    "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
+    "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
+                    ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
+                    ("started_at", NS), ("error", S)],
+    "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
+    "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
+                        ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
+    "memory_uses": [("run_id", S), ("step", I), ("memory_id", S), ("outcome", S), ("reason", S), ("score", F),
+                    ("rank", I)],
+    "snapshot_uses": [("run_id", S), ("step", I), ("source_run_id", S), ("score", F), ("projection", S),
+                      ("query", S)],
+    "run_embeddings": [("run_id", S), ("pipeline", S), ("embedder_id", S), ("query", S),
+                       ("embedding", pa.list_(pa.float32())), ("created_at", NS)],
+}
+EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
+_HOST = socket.gethostname()
+
+
+def _json(value: Any) -> Optional[str]:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def run_row(run: Run) -> tuple:
+    return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
+            run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
+            run.subject, run.query, run.trace_id)
+
+
+def extra_row(table: str, row: dict[str, Any]) -> tuple:
+    cols = COLUMNS[table]
+    unknown = set(row) - {c for c, _ in cols}
+    if unknown:
+        raise TracememError(f"row for table '{table}' has unknown columns {sorted(unknown)}; "
+                            f"columns are {[c for c, _ in cols]}")
+    return tuple(_json(row.get(c)) if t == J and not isinstance(row.get(c), (str, type(None)))
+                 else row.get(c) for c, t in cols)
+
+
+class Batch:
+    """Rows waiting to be inserted, per table."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.rows.values())
+
+    def add_steps(self, run_id: str, steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
+                  decisions: Iterable[Decision]) -> None:
+        self.rows["steps"].extend((run_id, *s[:11], list(s.logs)) for s in steps)
+        self.rows["reads"].extend((run_id, *r) for r in reads)
+        self.rows["writes"].extend((run_id, *w) for w in writes)
+        self.rows["decisions"].extend((run_id, d.step, d.chosen, _json(d.evidence)) for d in decisions)
+
+    def add_extra(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        for table, row in rows:
+            self.rows[table].append(extra_row(table, row))
+
+    def add_run(self, run: Run) -> None:
+        self.rows["runs"].append(run_row(run))
+        self.add_steps(run.run_id, run.steps, run.reads, run.writes, run.decisions)
+        for table, rows in run.rows.items():
+            self.add_extra((table, r) for r in rows)
+
+    def insert(self, con: Any) -> None:
+        """Insert everything as one transaction of one Arrow batch per table."""
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, rows in self.rows.items():
+                if not rows:
+                    continue
+                cols = COLUMNS[table]
+                arrays = [pa.array(list(values), type=t) for (_, t), values in zip(cols, zip(*rows))]
+                batch = pa.Table.from_arrays(arrays, names=[c for c, _ in cols])
+                con.register("_tracemem_batch", batch)
+                try:
+                    con.execute(f"INSERT INTO {table} ({', '.join(c for c, _ in cols)}) "
+                                f"SELECT * FROM _tracemem_batch")
+                finally:
+                    con.unregister("_tracemem_batch")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+class StoreSink:
+    """The runner's view of the store for one run (see `Store.sink`)."""
+
+    def __init__(self, store: "Store", durability: str) -> None:
+        if durability not in ("run", "stage"):
+            raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
+        self.store = store
+        self.durability = durability
+
+    def begin_run(self, run: Run) -> None:
+        self.store._schemas.setdefault(run.pipeline, run.schema)
+        if self.durability == "stage":
+            batch = Batch()
+            batch.rows["runs"].append(run_row(run))
+            self.store._write_now(batch)
+
+    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
+                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
+        for table, _ in rows:
+            if table not in EXTRA_TABLES:
+                raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
+                                    f"known: {', '.join(sorted(EXTRA_TABLES))}")
+        if self.durability == "stage":
+            batch = Batch()
+            batch.add_steps(run.run_id, [step], reads, writes, [decision] if decision else [])
+            batch.add_extra(rows)
+            self.store._write_now(batch)
+
+    def end_run(self, run: Run) -> None:
+        if self.durability == "stage":
+            self.store._finish_run_now(run)
+        else:
+            self.store._enqueue(run)
