@@ -44,6 +44,12 @@ class StageContext:
         """A line kept with this step (`steps.logs`)."""
         self._logs.append(str(message))
 
+    def span(self, name: str, *, kind: str = "internal", attributes: Optional[dict[str, Any]] = None,
+             start_ns: Optional[int] = None, end_ns: Optional[int] = None) -> None:
+        """Telemetry for OpenTelemetry export only (never stored): e.g. `search_memory`."""
+        self._rec.rows.append(("_span", {"name": name, "kind": kind, "attributes": dict(attributes or {}),
+                                         "start_ns": start_ns, "end_ns": end_ns}))
+
     def emit(self, table: str, **row: Any) -> dict[str, Any]:
         """Record an extra row (e.g. `model_calls`, `prompt_sections`) tied to this step."""
         row = {"run_id": self.run_id, "step": self.step, **row}

@@ -220,14 +220,15 @@ class Program:
     def _validate(self) -> None:
         g, name = self.graph, self.pipeline.name
         reachable = nx.descendants(g, START) | {START}
-        unreachable = [n for n in g.nodes if n not in reachable]
+        unreachable = [n for n in g.nodes if n not in reachable and n != END]  # no END: a loop without exit
         if unreachable:
             raise PipelineError(
                 f"pipeline '{name}': stage '{unreachable[0]}' is unreachable (every path before it jumps elsewhere); "
                 f"remove it or route a branch to it"
             )
         can_finish = nx.ancestors(g, END) | {END}
-        stuck = [n for n in g.nodes if n not in can_finish]
+        stuck = [n for n in g.nodes if n not in can_finish and n != START]
+        stuck.sort(key=lambda n: g.nodes[n]["kind"] not in ("decider", "loop"))  # name the loop's decider
         if stuck:
             raise PipelineError(
                 f"pipeline '{name}': loop without exit at stage '{stuck[0]}' — no path from it reaches the end; "

@@ -37,7 +37,10 @@ class Run:
         self.ended_at: Optional[int] = None
         self.status = "running"
         self.error: Optional[str] = None
-        self.output: Any = None  # the final scope (pydantic model; a dict if the model is unknown)
+        self._output: Any = None
+        # runs.output: the final value of each field this run set as a whole, plus "$partial" listing the
+        # fields it changed only in place (their changes are in `writes`); never the whole carried-over state,
+        # so a long conversation thread stores each message once.
         self.output_json: Optional[str] = None
         self.steps: list[Step] = []
         self.reads: list[Read] = []
@@ -47,10 +50,23 @@ class Run:
         self.children: list["Run"] = []
         self.query: Optional[str] = None
         self.trace_id: Optional[str] = None
+        self.continues: Optional[str] = None  # the run whose final state this run started from
+        self._previous: Optional["Run"] = None
         self.store: Any = None  # the Store it was recorded into, for cross-run backtracking
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.pipeline} {self.status} steps={len(self.steps)}>"
+
+    @property
+    def output(self) -> Any:
+        """The final scope (the pydantic model; a dict if the model is unknown), rebuilt by replay if needed."""
+        if self._output is None and self.output_json is not None:
+            self._output = self.state_at()
+        return self._output
+
+    @output.setter
+    def output(self, value: Any) -> None:
+        self._output = value
 
     @property
     def ok(self) -> bool:
@@ -74,9 +90,21 @@ class Run:
         raise TracememError(f"run {self.run_id} has no step {ref!r}; steps: "
                             + ", ".join(f"{s.step}:{s.stage}" for s in self.steps))
 
+    def previous(self) -> Optional["Run"]:
+        """The run this one continued (`flow.run(..., resume=...)`), loaded on demand."""
+        if self.continues and self._previous is None:
+            if self.store is None:
+                raise TracememError(f"run {self.run_id} continues run {self.continues}, which is not at hand; "
+                                    f"load it through the store it was recorded in")
+            self._previous = self.store.run(self.continues)
+        return self._previous
+
     # -- replay -------------------------------------------------------------------
     def _replay(self, upto: Optional[int]) -> dict[str, Any]:
         data = json.loads(self.input_json)
+        previous = self.previous()
+        if previous is not None:
+            data = {**previous._replay(None), **data}
         reset = self.schema.default if self.schema else (lambda name: None)
         failed = {s.step for s in self.steps if s.status != "ok"}
         for w in self.writes:
@@ -112,10 +140,3 @@ class Run:
         from .trace import backtrack
 
         return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs)
-
-
-def as_model(schema: Optional[ScopeSchema], output_json: Optional[str]) -> Union[BaseModel, dict, None]:
-    if output_json is None:
-        return None
-    data = json.loads(output_json)
-    return schema.rebuild(data) if schema else data

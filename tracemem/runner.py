@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import time
 import uuid
@@ -86,10 +87,15 @@ class Flow(Generic[S]):
 
     def run(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
             subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
-            tracer_provider: Any = None) -> Run:
+            tracer_provider: Any = None, resume: Any = None) -> Run:
         """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
-        unless `raise_on_error=False`; the failed run is recorded either way)."""
+        unless `raise_on_error=False`; the failed run is recorded either way).
+
+        `resume=<Run or run id>` starts from that run's final state (a conversation
+        thread): only `inputs` are recorded as this run's input, and reads of the
+        carried-over state trace back into the earlier run."""
         exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider)
+        exe.resume = resume
         if self.has_async:
             try:
                 asyncio.get_running_loop()
@@ -107,9 +113,10 @@ class Flow(Generic[S]):
 
     async def arun(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
                    subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
-                   tracer_provider: Any = None) -> Run:
+                   tracer_provider: Any = None, resume: Any = None) -> Run:
         """`run` for callers already inside an event loop."""
         exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider)
+        exe.resume = resume
         return await exe.execute(raise_on_error, async_mode=True)
 
 
@@ -146,21 +153,32 @@ class _Execution:
         self.next_step = 0
         self.counts: dict[str, int] = {}
         self.async_mode = False
+        self.resume: Any = None
 
     # -- run --------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
         flow = self.flow
-        data = flow.schema.initial(self.inputs, flow.name)
+        previous = self._previous() if self.resume is not None else None
+        if previous is None:
+            data = flow.schema.initial(self.inputs, flow.name)
+            recorded = data
+        else:
+            base = previous.output if isinstance(previous.output, flow.scope) else flow.schema.rebuild(
+                previous.state_at())
+            data, recorded = flow.schema.resume({f: getattr(base, f) for f in flow.schema.fields}, self.inputs,
+                                                flow.name)
         self.state = RunState(flow.schema, data, self.salt)
         self.initial = dict(data)
         self.args: Optional[Mapping[str, Any]] = None  # a private copy of the input, made on first use
         run = self.run = Run(
             run_id=uuid.uuid4().hex[:16], pipeline=flow.name, pipeline_hash=flow.hash, schema=flow.schema,
-            input_json=flow.schema.dump_scope(data, self.salt), started_at=time.time_ns(), subject=self.subject,
+            input_json=flow.schema.dump_scope(recorded, self.salt), started_at=time.time_ns(), subject=self.subject,
             parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None,
         )
         run.store = self.store
+        if previous is not None:
+            run.continues, run._previous = previous.run_id, previous
         if flow.pipeline.query:
             run.query = str(unwrap(data.get(flow.pipeline.query)) or "") or None
         for sink in self.sinks:
@@ -180,11 +198,38 @@ class _Execution:
             raise RunFailed(run, cause)
         return run
 
+    def _output_json(self, run: Run, data: dict[str, Any]) -> str:
+        """Fields this run set whole, with final values; fields only changed in place are named."""
+        failed = {s.step for s in run.steps if s.status != "ok"}
+        whole: set[str] = set()
+        partial: set[str] = set()
+        for w in run.writes:
+            if w.step in failed:
+                continue
+            root = w.path.split(".", 1)[0].split("[", 1)[0]
+            (whole if w.verb == "set" and w.path == root else partial).add(root)
+        text = self.flow.schema.dump_scope({k: data[k] for k in whole}, self.salt)
+        rest = sorted(partial - whole)
+        return text if not rest else text[:-1] + ("," if len(text) > 2 else "") + f'"$partial":{json.dumps(rest)}' + "}"
+
+    def _previous(self) -> Run:
+        previous = self.resume
+        if isinstance(previous, str):
+            if self.store is None:
+                raise TracememError(f"resume='{previous}' needs store=...: a run id is looked up in the store")
+            previous = self.store.run(previous)
+        if not isinstance(previous, Run):
+            raise TracememError(f"resume= takes a Run or a run id, got {previous!r}")
+        if previous.schema is not None and previous.schema.model is not self.flow.scope:
+            raise TracememError(f"cannot resume run {previous.run_id} of '{previous.pipeline}' with flow "
+                                f"'{self.flow.name}': their scopes differ")
+        return previous
+
     def _finish(self, run: Run) -> None:
         data = self.state.data
         run.ended_at = time.time_ns()
         run.output = self.flow.scope.model_construct(**data)
-        run.output_json = self.flow.schema.dump_scope(data, self.salt)
+        run.output_json = self._output_json(run, data)
         if self.flow.pipeline.query and run.query is None:
             run.query = str(unwrap(data.get(self.flow.pipeline.query)) or "") or None
         for sink in self.sinks:

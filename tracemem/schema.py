@@ -98,7 +98,22 @@ class ScopeSchema:
         return pydantic_core.to_json(value, fallback=_fallback).decode()
 
     def dump_scope(self, data: dict[str, Any], salt: bytes) -> str:
-        return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields) + "}"
+        """JSON text of scope data (all fields present in `data`, in model order)."""
+        return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields if k in data) + "}"
+
+    def resume(self, base: dict[str, Any], inputs: Any, pipeline: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Starting scope of a run that continues an earlier one: its final state plus `inputs`."""
+        given = inputs.model_dump(exclude_unset=True) if isinstance(inputs, BaseModel) else dict(inputs or {})
+        delta: dict[str, Any] = {}
+        for name, value in given.items():
+            if name not in self.field_set:
+                raise TracememError(f"run input for pipeline '{pipeline}' has unknown field '{name}'; "
+                                    f"fields of {self.model.__name__}: {', '.join(self.fields)}")
+            try:
+                delta[name] = self.adapter(name).validate_python(value)
+            except ValidationError as err:
+                raise TracememError(f"run input '{name}' for pipeline '{pipeline}' is invalid: {short_error(err)}") from None
+        return {**base, **delta}, delta
 
     def initial(self, inputs: Any, pipeline: str) -> dict[str, Any]:
         """Validate a run's input into the starting scope (defaults filled in)."""

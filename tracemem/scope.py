@@ -95,6 +95,8 @@ class StageScope:
 
     # -- writes ------------------------------------------------------------
     def set_field(self, name: str, value: Any) -> None:
+        if value is not None and value is self.proxies.get(name):
+            return  # `scope.items += [x]`: the in-place change is already recorded (as appends)
         schema = self.state.schema
         if name not in schema.field_set:
             raise ScopeWriteError(
@@ -128,11 +130,18 @@ class StageScope:
                 shown = "<redacted>" if path[0] in schema.secret else raw
                 raise ScopeWriteError(self.stage, format_path(path), shown, short_error(err)) from None
         root = path[0]
+        proxy = self.proxies.get(root)
+        if proxy is None:
+            raise ScopeWriteError(
+                self.stage, format_path(path), value,
+                f"this copy of '{root}' was read before '{root}' was reassigned in the same stage; "
+                f"read scope.{root} again after assigning it",
+            )
         self.seq += 1
         dumped = None if verb == "delete" else schema.dump(root, value, self.state.salt)
         self.writes.append(Write(self.step, self.seq, format_path(path), verb, dumped))
         self.ops.append((path, verb, value))
-        self.overlay[root] = self.proxies[root]
+        self.overlay[root] = proxy
         self.own[root] = self.seq
         return value
 
@@ -436,7 +445,8 @@ def apply_ops(state: RunState, ops: list[tuple[Path, str, Any]]) -> None:
     for path, verb, value in ops:
         root = path[0]
         if len(path) > 1 or verb != "set":
-            data[root] = _copy_along(data[root], path[1:] if verb != "append" else path[1:] + (None,))
+            # copy every container the write goes through (for an append, the list itself too)
+            data[root] = _copy_along(data[root], path[1:] if verb == "append" else path[1:-1])
         apply_write(data, path, verb, unwrap(value), state.schema.default)
 
 
@@ -450,7 +460,7 @@ def _copy_along(value: Any, rest: tuple) -> Any:
         copy = value.model_copy()
     else:
         return value
-    if rest and rest[0] is not None:
+    if rest:
         key = rest[0]
         if isinstance(copy, (list, dict)):
             copy[key] = _copy_along(copy[key], rest[1:])

@@ -47,6 +47,7 @@ class RunIndex:
             self.by_root.setdefault(parse_path(w.path)[0], []).append(w)
         self.position = {(w.step, w.seq): i for ws in self.by_root.values() for i, w in enumerate(ws)}
         self.decisions = {d.step: d for d in run.decisions}
+        self.given = set(json.loads(run.input_json)) if run.continues else set()
 
     def node_write(self, w: Write) -> str:
         return f"w:{self.run.run_id}:{w.step}:{w.seq}"
@@ -183,7 +184,9 @@ class _Walker:
         self.indexes: dict[str, RunIndex] = {trace.run_id: RunIndex(trace.run)}
         self.store = trace.run.store
 
-    def index(self, run_id: str) -> Optional[RunIndex]:
+    def index(self, run_id: str, live: Optional["Run"] = None) -> Optional[RunIndex]:
+        if run_id not in self.indexes and live is not None:
+            self.indexes[run_id] = RunIndex(live)
         if run_id not in self.indexes:
             if self.store is None or not self.cross_runs:
                 return None
@@ -220,6 +223,24 @@ class _Walker:
                  path=w.path, verb=w.verb, value=w.value, stage=step.stage, child_run_id=step.child_run_id)
         return node
 
+    def origin(self, idx: RunIndex, path: str, depth: int) -> str:
+        """Where a value read as run input came from: the input, or — for a run that
+        resumed an earlier one — that run's last write of it (followed back the thread)."""
+        field = path.split(".")[0].split("[")[0]
+        current = idx
+        for _ in range(100_000):
+            run = current.run
+            if not run.continues or field in current.given:
+                break
+            previous = self.index(run.continues, run._previous)
+            if previous is None:
+                break
+            w = previous.last_write(field)
+            if w is not None:
+                return self.write_node(previous, w, depth)
+            current = previous
+        return self.input_node(current, path, depth)
+
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
         self.add(node, depth, idx, None, kind="input", run_id=idx.run.run_id, path=path)
@@ -236,7 +257,7 @@ class _Walker:
     def read_sources(self, node: str, idx: RunIndex, reads: Iterable[Read], depth: int) -> None:
         for r in reads:
             if r.source_step is None:
-                child = self.input_node(idx, r.path, depth + 1)
+                child = self.origin(idx, r.path, depth + 1)
             else:
                 w = idx.writes.get((r.source_step, r.source_seq))
                 if w is None:
@@ -268,7 +289,7 @@ class _Walker:
                 if pos > 0:
                     self.link(node, self.write_node(idx, idx.by_root[root][pos - 1], depth + 1), "compose")
                 else:
-                    self.link(node, self.input_node(idx, root, depth + 1), "compose")
+                    self.link(node, self.origin(idx, root, depth + 1), "compose")
             self.control(node, idx, w.step, depth)
             for hook in SOURCE_HOOKS:
                 hook(self, idx, w.step, node, depth)  # type: ignore[call-arg]

@@ -16,14 +16,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import duckdb
 import numpy as np
 
-from . import sql
-from .embedders import Embedder, HashingEmbedder, check_vectors
+from . import binding, sql
+from .embedders import Embedder, HashingEmbedder
 from .errors import EmbedderMismatchError, MemoryInputError, MemoryNotFoundError
 from .index import VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
                       check_subject, check_window, to_utc_naive)
 from .search import Exclusion, ScoredRecord, SearchResult, rank_shard
-from .tables import MEMORY_COLUMNS, MEMORY_DDL, META_DDL, META_DIM, META_EMBEDDER_ID
+from .tables import MEMORY_COLUMNS, MEMORY_DDL, META_DDL
 
 __all__ = ["Memory", "DEFAULT_FLOOR"]
 
@@ -60,47 +60,17 @@ class Memory:
         with self.lock:
             for stmt in [META_DDL, *MEMORY_DDL]:  # no-ops when the store already ran them
                 con.execute(stmt)
-            self._check_embedder()
+            binding.check_store_embedder(con, self.embedder)
 
-    # -- embedder bookkeeping --------------------------------------------------
-    def _check_embedder(self) -> None:
-        emb = self.embedder
-        if emb is None:
-            return
-        if not isinstance(getattr(emb, "dim", None), int) or emb.dim <= 0 or not getattr(emb, "embedder_id", None):
-            raise MemoryInputError(f"embedder {emb!r} must have a non-empty embedder_id and a positive int dim")
-        stored_id = sql.get_meta(self.con, META_EMBEDDER_ID)
-        stored_dim = sql.get_meta(self.con, META_DIM)
-        others = [r[0] for r in self.con.execute(
-            "SELECT DISTINCT embedder_id FROM memories WHERE embedding IS NOT NULL AND embedder_id <> ? LIMIT 3",
-            [emb.embedder_id]).fetchall()]
-        if (stored_id and stored_id != emb.embedder_id) or others:
-            raise EmbedderMismatchError(
-                f"this store's memories were embedded with {stored_id or others[0]!r}, but the configured "
-                f"embedder is {emb.embedder_id!r}: vectors of two embedders are not comparable. Open the store "
-                f"with the same embedder, or call memory.reembed() after opening it with embedder=None")
-        if stored_dim and int(stored_dim) != emb.dim:
-            raise EmbedderMismatchError(f"store vectors have dim {stored_dim}, the embedder has dim {emb.dim}")
-
-    def _bind_embedder(self) -> None:
-        if self.embedder is not None and sql.get_meta(self.con, META_EMBEDDER_ID) is None:
-            sql.set_meta(self.con, META_EMBEDDER_ID, self.embedder.embedder_id)
-            sql.set_meta(self.con, META_DIM, str(self.embedder.dim))
-
-    def _embed(self, texts: Sequence[str]) -> np.ndarray | None:
-        if self.embedder is None or not texts:
-            return None
-        return check_vectors(self.embedder.embed(list(texts)), dim=self.embedder.dim, n=len(texts),
-                             what=f"output of embedder {self.embedder.embedder_id!r}")
-
-    def _given_vector(self, embedding: Any, embedder_id: str | None) -> np.ndarray:
-        if self.embedder is None:
-            raise EmbedderMismatchError("an embedding was given but this memory has no embedder configured")
-        if embedder_id is None or embedder_id != self.embedder.embedder_id:
-            raise EmbedderMismatchError(
-                f"embedding comes from embedder {embedder_id!r} but this store uses "
-                f"{self.embedder.embedder_id!r}; pass embedder_id={self.embedder.embedder_id!r} with a vector of that model")
-        return check_vectors(embedding, dim=self.embedder.dim, n=1)
+    def reembed(self, embedder: Embedder) -> int:
+        """Switch the store to another embedder: every vector is recomputed, the index rebuilt."""
+        with self.lock:
+            if embedder is None:
+                raise MemoryInputError("reembed() needs an embedder")
+            n = binding.reembed_all(self.con, embedder)
+            self.embedder = embedder
+            self.rebuild_index()
+            return n
 
     # -- index ---------------------------------------------------------------------
     def rebuild_index(self) -> int:
@@ -120,12 +90,12 @@ class Memory:
                     else:
                         matrix[i] = v
                 if missing:
-                    new = self._embed([recs[i][2] for i in missing])
+                    new = binding.embed(self.embedder, [recs[i][2] for i in missing])
                     assert new is not None
                     matrix[missing] = new
                     with sql.transaction(self.con):
                         sql.write_embeddings(self.con, [recs[i][0] for i in missing], new, self.embedder.embedder_id)
-                        self._bind_embedder()
+                        binding.bind(self.con, self.embedder)
                     idx = MEMORY_COLUMNS.index("embedder_id")
                     for i in missing:
                         recs[i] = recs[i][:idx] + (self.embedder.embedder_id,) + recs[i][idx + 1:]
@@ -150,7 +120,7 @@ class Memory:
         item = dict(text=text, tags=tags, confidence=confidence, valid_from=valid_from, valid_until=valid_until,
                     source_run_id=source_run_id, source_step=source_step, source_ref=source_ref,
                     review_state=review_state)
-        vec = None if embedding is None else self._given_vector(embedding, embedder_id)
+        vec = None if embedding is None else binding.given_vector(self.embedder, embedding, embedder_id)
         return self._remember([(subject, item)], run_id=run_id, given=vec)[0]
 
     def remember_many(self, items: Iterable[Mapping[str, Any]], *, run_id: str | None = None) -> list[MemoryRecord]:
@@ -181,7 +151,7 @@ class Memory:
             recs.append(MemoryRecord(memory_id=f"m_{uuid.uuid4().hex[:16]}", subject=check_subject(subject),
                                      embedder_id=self.embedder.embedder_id if self.embedder else None,
                                      created_at=now, updated_at=now, **fields))
-        vecs = given if given is not None else self._embed([r.text for r in recs])
+        vecs = given if given is not None else binding.embed(self.embedder, [r.text for r in recs])
         rows = [_row(r) for r in recs]
         with self.lock:
             index = self._loaded()
@@ -190,7 +160,7 @@ class Memory:
                 sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
                                              for r in recs])
                 if vecs is not None:
-                    self._bind_embedder()
+                    binding.bind(self.con, self.embedder)
             index.add_many(rows, vecs)
         return recs
 
@@ -213,7 +183,7 @@ class Memory:
             vec = None
             db_fields: dict[str, Any] = {**changed, "updated_at": now}
             if "text" in changed and self.embedder is not None:
-                vec = self._embed([new.text])
+                vec = binding.embed(self.embedder, [new.text])
                 db_fields["embedding"] = vec[0]
                 db_fields["embedder_id"] = self.embedder.embedder_id
                 new = new.model_copy(update={"embedder_id": self.embedder.embedder_id})
@@ -370,7 +340,7 @@ class Memory:
                     reason = f"no record of subject {subject!r} is indexed (stored without embeddings)"
                 else:
                     try:
-                        qvec = self._embed([query])[0]  # type: ignore[index]
+                        qvec = binding.embed(self.embedder, [query])[0]  # type: ignore[index]
                     except Exception as exc:  # an embedder failure must degrade, loudly, not crash recall
                         reason = f"index error: query embedding failed: {type(exc).__name__}: {exc}"
             mode = "semantic" if semantic and reason is None else "literal"

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
-from ..run import Run, as_model
+from ..run import Run
 from ..schema import ScopeSchema
 from .writer import COLUMNS, EXTRA_TABLES
 
@@ -14,17 +14,16 @@ from .writer import COLUMNS, EXTRA_TABLES
 def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -> Run:
     head = con.execute(
         "SELECT pipeline, pipeline_hash, status, error, epoch_ns(started_at), epoch_ns(ended_at), input, output, "
-        "parent_run_id, parent_step, subject, query, trace_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if head is None:
         raise TracememError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
     (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject, query,
-     trace_id) = head
+     trace_id, continues) = head
     schema = schema or store._schemas.get(pipeline)
     run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash, schema=schema, input_json=input_json,
               started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
     run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
-    run.query, run.trace_id, run.store = query, trace_id, store
-    run.output = as_model(schema, output_json)
+    run.query, run.trace_id, run.store, run.continues = query, trace_id, store, continues
     run.steps = [Step(*row[:11], tuple(row[11] or ())) for row in con.execute(
         "SELECT step, stage, name, kind, iteration, status, error, epoch_ns(started_at), epoch_ns(ended_at), "
         "routed_by, child_run_id, logs FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]

@@ -49,6 +49,7 @@ V2_MIGRATION: list[str] = [
     "ALTER TABLE runs ADD COLUMN subject VARCHAR",
     "ALTER TABLE runs ADD COLUMN query VARCHAR",
     "ALTER TABLE runs ADD COLUMN trace_id VARCHAR",
+    "ALTER TABLE runs ADD COLUMN continues_run_id VARCHAR",
     """CREATE TABLE snapshot_uses (
         run_id VARCHAR, step INTEGER, source_run_id VARCHAR, score DOUBLE, projection VARCHAR, query VARCHAR)""",
     """CREATE TABLE run_embeddings (

@@ -43,13 +43,14 @@ class Store:
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_if_locked: bool = False,
-                 log: Callable[[str], None] = lambda message: None) -> None:
+                 block_size: int = 16384, log: Callable[[str], None] = lambda message: None) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
         self.flush_interval = flush_interval
         self.snapshot_of: Optional[str] = None
         self.lock = threading.RLock()
+        self.block_size = block_size  # for new files: 16 KiB keeps a small agent's file small
         self.con = self._connect(snapshot_if_locked)
         self._local = threading.local()
         self._schemas: dict[str, Any] = {}
@@ -86,7 +87,9 @@ class Store:
         if path != ":memory:" and self.read_only and not os.path.exists(path):
             raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
         try:
-            return duckdb.connect(path, read_only=self.read_only)
+            config = {} if self.read_only or os.path.exists(path) or path == ":memory:" else \
+                {"default_block_size": str(self.block_size)}
+            return duckdb.connect(path, read_only=self.read_only, config=config)
         except duckdb.Error as err:
             text = str(err)
             if "lock" not in text.lower():

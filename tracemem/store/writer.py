@@ -34,7 +34,8 @@ S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
 COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
-             ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S)],
+             ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
+             ("continues_run_id", S)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S))],
@@ -65,7 +66,7 @@ def _json(value: Any) -> Optional[str]:
 def run_row(run: Run) -> tuple:
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id)
+            run.subject, run.query, run.trace_id, run.continues)
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
@@ -96,7 +97,8 @@ class Batch:
 
     def add_extra(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
         for table, row in rows:
-            self.rows[table].append(extra_row(table, row))
+            if not table.startswith("_"):  # "_span" and other telemetry-only rows are not stored
+                self.rows[table].append(extra_row(table, row))
 
     def add_run(self, run: Run) -> None:
         self.rows["runs"].append(run_row(run))
@@ -145,7 +147,7 @@ class StoreSink:
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
         for table, _ in rows:
-            if table not in EXTRA_TABLES:
+            if table not in EXTRA_TABLES and not table.startswith("_"):
                 raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
                                     f"known: {', '.join(sorted(EXTRA_TABLES))}")
         if self.durability == "stage":

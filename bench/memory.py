@@ -1,0 +1,259 @@
+"""Memory benchmarks: search latency, insert throughput, LoCoMo evidence recall.
+
+Prints figures; asserts nothing. Usage:
+
+    python bench/memory.py            # full: 10k/100k latency, all 10 LoCoMo conversations
+    python bench/memory.py --quick    # small: 2k/10k latency, 2 conversations, no MiniLM
+    python bench/memory.py --no-minilm --data PATH/locomo10.json
+
+LoCoMo (not shipped; see ../shared/data/README.md): every turn is stored as a
+memory `speaker: text` (subject = conversation id, source_ref = turn id); each
+question of categories 1-4 is a query; evidence recall@k is the share of the
+question's evidence turns found in the top k, averaged per category.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import duckdb
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tracemem.memory import HashingEmbedder, Memory, MiniLMEmbedder  # noqa: E402
+from tracemem.memory.errors import EmbedderUnavailableError  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+CATS = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+
+class RandomEmbedder:
+    """Latency-only stand-in: random unit vectors of dim 384 (quality is not measured with it)."""
+
+    embedder_id = "bench-random:384"
+    dim = 384
+    caveat = None
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        v = self._rng.standard_normal((len(texts), self.dim), dtype=np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+class Cached:
+    """Wraps an expensive embedder so two methods on the same texts embed them once."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self._memo = inner, {}
+        for attr in ("embedder_id", "dim", "caveat", "lexical_weight", "min_similarity"):
+            if hasattr(inner, attr):
+                setattr(self, attr, getattr(inner, attr))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if todo:
+            self._memo.update(zip(todo, self.inner.embed(todo)))
+        return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+
+def fresh(embedder) -> Memory:
+    return Memory(duckdb.connect(":memory:"), threading.RLock(), embedder=embedder)
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+# -- latency and throughput ------------------------------------------------------------
+def bench_scale(n: int, queries: int = 200) -> dict[str, float]:
+    rng = np.random.default_rng(n)
+    vocab = [f"w{i}" for i in range(5000)]
+    texts = [" ".join(rng.choice(vocab, size=rng.integers(6, 16))) for _ in range(n)]
+    mem = fresh(RandomEmbedder())
+    t0 = time.perf_counter()
+    for start in range(0, n, 5000):
+        mem.remember_many({"subject": "s", "text": t} for t in texts[start:start + 5000])
+    bulk = n / (time.perf_counter() - t0)
+    mem.rebuild_index()  # time the Arrow load separately
+    t0 = time.perf_counter()
+    mem.rebuild_index()
+    load_s = time.perf_counter() - t0
+    shard = mem._loaded().shard("s")
+    qs = rng.standard_normal((queries, 384)).astype(np.float32)
+    qs /= np.linalg.norm(qs, axis=1, keepdims=True)
+    for q in qs[:20]:  # warm-up (BLAS threads, caches)
+        shard.similarities(q)
+        mem.search("s", "w1 w2", limit=10)
+    vec_ms = []
+    for q in qs:
+        t = time.perf_counter()
+        sims = shard.similarities(q)
+        top = np.argpartition(-sims, 10)[:10]
+        top[np.argsort(-sims[top])]
+        vec_ms.append(1000 * (time.perf_counter() - t))
+    full_ms, rec_ms = [], []
+    for i in range(queries):
+        q = " ".join(rng.choice(vocab, size=5))
+        t = time.perf_counter()
+        mem.search("s", q, limit=10)
+        full_ms.append(1000 * (time.perf_counter() - t))
+        t = time.perf_counter()
+        mem.search("s", q, limit=10, recall=True)
+        rec_ms.append(1000 * (time.perf_counter() - t))
+    single = fresh(RandomEmbedder())
+    m = min(n, 1000)
+    t0 = time.perf_counter()
+    for t in texts[:m]:
+        single.remember("s", t)
+    one = m / (time.perf_counter() - t0)
+    return {"n": n, "vec_p50": pct(vec_ms, 50), "vec_p95": pct(vec_ms, 95), "search_p50": pct(full_ms, 50),
+            "search_p95": pct(full_ms, 95), "recall_p50": pct(rec_ms, 50), "recall_p95": pct(rec_ms, 95),
+            "bulk_per_s": bulk, "single_per_s": one, "load_s": load_s}
+
+
+# -- LoCoMo -----------------------------------------------------------------------------
+def load_locomo(path: Path, limit: int | None) -> list[tuple[str, list[tuple[str, str]], list[tuple[str, set[str], int]]]]:
+    data = json.loads(path.read_text())
+    out = []
+    for conv in data[:limit]:
+        c = conv["conversation"]
+        turns, i = [], 1
+        while f"session_{i}" in c:
+            turns += [(t["dia_id"], f"{t['speaker']}: {t['text']}") for t in c[f"session_{i}"]]
+            i += 1
+        qs = []
+        for q in conv["qa"]:
+            ev = {p for e in q.get("evidence", []) for p in re.split(r"[;,\s]+", e) if p}
+            if q["category"] in CATS and ev:
+                qs.append((q["question"], ev, q["category"]))
+        out.append((conv["sample_id"], turns, qs))
+    return out
+
+
+def plain_bm25(texts: list[str]) -> Callable[[str, int], list[int]]:
+    """The classic baseline: lower-case word tokens, English stopwords, k1=1.2, b=0.75, no stemming."""
+    from tracemem.memory.text import STOPWORDS
+
+    tok = lambda s: [w for w in re.findall(r"[a-z0-9]+", s.lower()) if w not in STOPWORDS]  # noqa: E731
+    docs = [Counter(tok(t)) for t in texts]
+    n, lens = len(docs), np.array([sum(d.values()) for d in docs], float)
+    avg, df = lens.mean(), Counter(w for d in docs for w in d)
+
+    def rank(q: str, k: int) -> list[int]:
+        s = np.zeros(n)
+        for w in set(tok(q)):
+            idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+            for i, d in enumerate(docs):
+                if w in d:
+                    s[i] += idf * d[w] * 2.2 / (d[w] + 1.2 * (0.25 + 0.75 * lens[i] / avg))
+        return list(np.argsort(-s, kind="stable")[:k])
+    return rank
+
+
+def vector_only(embedder, texts: list[str]) -> Callable[[str, int], list[int]]:
+    mat = embedder.embed(texts)
+    return lambda q, k: list(np.argsort(-(mat @ embedder.embed([q])[0]), kind="stable")[:k])
+
+
+def memory_ranker(embedder, texts: list[str], ids: list[str], *, semantic: bool) -> Callable[[str, int], list[int]]:
+    mem = fresh(embedder)
+    recs = mem.remember_many({"subject": "conv", "text": t, "source_ref": i} for t, i in zip(texts, ids))
+    pos = {r.memory_id: j for j, r in enumerate(recs)}
+    return lambda q, k: [pos[r.memory_id] for r in mem.search("conv", q, semantic=semantic, limit=k).records]
+
+
+def eval_locomo(convs, methods: dict[str, Callable]) -> dict[str, dict]:
+    results = {}
+    for name, make in methods.items():
+        hits: dict[tuple, list[float]] = defaultdict(list)
+        times = []
+        for _, turns, qs in convs:
+            ids, texts = [i for i, _ in turns], [t for _, t in turns]
+            rank = make(texts, ids)
+            for q, ev, cat in qs:
+                t0 = time.perf_counter()
+                top = [ids[j] for j in rank(q, 10)]
+                times.append(1000 * (time.perf_counter() - t0))
+                for k in (5, 10):
+                    r = len(ev & set(top[:k])) / len(ev)
+                    hits[(cat, k)].append(r)
+                    hits[("all", k)].append(r)
+        results[name] = {key: sum(v) / len(v) for key, v in hits.items()} | {"ms": statistics.mean(times)}
+        row = results[name]
+        print(f"  {name:<34} @5 {row[('all', 5)]:.3f}  @10 {row[('all', 10)]:.3f}  {row['ms']:.2f} ms/query", flush=True)
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, 2 conversations, no MiniLM")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--no-minilm", action="store_true")
+    args = ap.parse_args()
+
+    sizes = (2_000, 10_000) if args.quick else (10_000, 100_000)
+    print("## search latency (top-10, one subject, dim 384) and insert throughput", flush=True)
+    scale = []
+    for n in sizes:
+        row = bench_scale(n, queries=50 if args.quick else 200)
+        scale.append(row)
+        print(f"  n={n}: vector top-10 p50 {row['vec_p50']:.2f} ms p95 {row['vec_p95']:.2f} ms | search() p50 "
+              f"{row['search_p50']:.2f} p95 {row['search_p95']:.2f} | recall p50 {row['recall_p50']:.2f} | bulk "
+              f"{row['bulk_per_s']:.0f}/s, single {row['single_per_s']:.0f}/s | index load {row['load_s']:.2f} s", flush=True)
+
+    locomo = {}
+    if args.data.is_file():
+        convs = load_locomo(args.data, 2 if args.quick else None)
+        nq = sum(len(q) for _, _, q in convs)
+        print(f"\n## LoCoMo evidence recall ({len(convs)} conversations, {nq} questions, categories 1-4)", flush=True)
+        hashing = HashingEmbedder()
+        methods: dict[str, Callable] = {
+            "BM25 baseline (plain tokens)": lambda texts, ids: plain_bm25(texts),
+            "literal search (ours: BM25+PRF)": lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=False),
+            "hashing embedder, vector only": lambda texts, ids: vector_only(hashing, texts),
+            "default search (BM25 ⊕ hashing)": lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True),
+        }
+        if not (args.quick or args.no_minilm):
+            try:
+                minilm = Cached(MiniLMEmbedder())
+                methods["MiniLM, vector only"] = lambda texts, ids: vector_only(minilm, texts)
+                methods["search with MiniLM (BM25 ⊕ MiniLM)"] = (
+                    lambda texts, ids: memory_ranker(minilm, texts, ids, semantic=True))
+            except EmbedderUnavailableError as exc:
+                print(f"  (MiniLM skipped: {exc})")
+        locomo = eval_locomo(convs, methods)
+    else:
+        print(f"\n(LoCoMo skipped: no data at {args.data})")
+
+    print("\n## summary\n")
+    print("| records | vector top-10 p50 / p95 (ms) | search() p50 / p95 (ms) | recall=True p50 (ms) | bulk insert /s | single insert /s |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in scale:
+        print(f"| {r['n']:,} | {r['vec_p50']:.2f} / {r['vec_p95']:.2f} | {r['search_p50']:.2f} / {r['search_p95']:.2f} "
+              f"| {r['recall_p50']:.2f} | {r['bulk_per_s']:,.0f} | {r['single_per_s']:,.0f} |")
+    if locomo:
+        print()
+        head = " | ".join(f"c{c} {CATS[c]} @5 / @10" for c in CATS)
+        print(f"| method | all @5 | all @10 | {head} | ms/query |")
+        print("|---|---:|---:|" + "---:|" * len(CATS) + "---:|")
+        for name, r in locomo.items():
+            cells = " | ".join(f"{r[(c, 5)]:.3f} / {r[(c, 10)]:.3f}" for c in CATS)
+            print(f"| {name} | {r[('all', 5)]:.3f} | {r[('all', 10)]:.3f} | {cells} | {r['ms']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

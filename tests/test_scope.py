@@ -1,0 +1,401 @@
+"""The typed scope: reads with sources, validated writes, recorded mutation verbs, secrets."""
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from tracemem import Pipeline, RunFailed, ScopeReadError, ScopeWriteError
+
+
+class Profile(BaseModel):
+    name: str = ""
+    tags: list[str] = []
+
+
+class Msg(BaseModel):
+    role: str
+    content: str
+
+
+class S(BaseModel):
+    n: int = 0
+    text: str = ""
+    items: list[int] = []
+    d: dict[str, int] = {}
+    msgs: list[dict[str, Any]] = []
+    chat: list[Msg] = []
+    profile: Profile = Profile()
+    maybe: Optional[int] = None
+    api_key: SecretStr = SecretStr("")
+
+
+def run1(fn, inputs=None, **kw):
+    """Run a one-stage pipeline; return the run."""
+    return Pipeline("p", S).then(fn, id="st").build().run(inputs or {}, **kw)
+
+
+def writes(run, step=None):
+    return [(w.path, w.verb, None if w.value is None else json.loads(w.value))
+            for w in run.writes if step is None or w.step == step]
+
+
+def assert_replays(run):
+    """Replaying the write log reproduces the final scope (secrets aside)."""
+    assert run.state_at().model_dump(exclude={"api_key"}) == run.output.model_dump(exclude={"api_key"})
+
+
+# -- reads -------------------------------------------------------------------------
+
+
+def test_reads_record_source_input_then_step():
+    def a(s):
+        s.n = s.n + 1
+
+    def b(s):
+        s.text = str(s.n) + s.text
+
+    run = Pipeline("p", S).then(a).then(b).build().run({"n": 1, "text": "!"})
+    assert run.output.text == "2!"
+    reads = {(r.step, r.path): (r.source_step, r.source_seq) for r in run.reads}
+    assert reads[(1, "n")] == (None, None)  # run input
+    assert reads[(2, "n")] == (1, run.writes[0].seq)  # the write of step 1
+    assert reads[(2, "text")] == (None, None)
+
+
+def test_repeated_read_recorded_once_and_own_write_is_source():
+    def a(s):
+        _ = s.n, s.n, s.n
+        s.n = 5
+        s.text = str(s.n)
+
+    run = run1(a)
+    reads = [(r.path, r.source_step, r.source_seq) for r in run.reads]
+    assert reads == [("n", None, None), ("n", 1, 2)]  # second source: the stage's own write (seq 2)
+
+
+def test_read_unknown_field():
+    def a(s):
+        return s.nope
+
+    run = run1(a, raise_on_error=False)
+    assert run.status == "failed"
+    assert "read 'nope'" in run.error and "st" in run.error
+    with pytest.raises(ScopeReadError):
+        def b(s):
+            s.nope  # noqa: B018
+
+        from tracemem.scope import RunState, StageScope, view_class
+        from tracemem.schema import schema_for
+        rec = StageScope(RunState(schema_for(S), {}, b""), 1, "b")
+        b(view_class(schema_for(S))(rec))
+
+
+# -- writes --------------------------------------------------------------------
+
+
+def test_write_is_validated_and_coerced():
+    def a(s):
+        s.n = "7"  # pydantic lax mode coerces
+
+    run = run1(a)
+    assert run.output.n == 7 and writes(run) == [("n", "set", 7)]
+
+
+@pytest.mark.parametrize("stage_body, path", [
+    (lambda s: setattr(s, "n", "not a number"), "n"),
+    (lambda s: s.items.append("x"), "items"),
+    (lambda s: s.d.__setitem__("k", "v"), "d.k"),
+    (lambda s: setattr(s.profile, "name", 3), "profile.name"),
+    (lambda s: s.chat.append({"role": "user"}), "chat"),
+])
+def test_bad_write_names_stage_field_value(stage_body, path):
+    def bad(s):
+        stage_body(s)
+
+    with pytest.raises(RunFailed) as info:
+        Pipeline("p", S).then(bad).build().run({})
+    err = info.value.__cause__
+    assert isinstance(err, ScopeWriteError)
+    assert err.stage == "bad" and err.path == path
+    msg = str(err)
+    assert "stage 'bad'" in msg and f"'{path}'" in msg
+    run = info.value.run
+    assert run.status == "failed" and run.steps[-1].status == "failed"
+    assert run.writes == []
+
+
+def test_write_to_unknown_field():
+    def a(s):
+        s.nope = 1
+
+    run = run1(a, raise_on_error=False)
+    assert "no field 'nope'" in run.error
+
+
+def test_delete_field_resets_to_default():
+    def a(s):
+        del s.items
+
+    run = run1(a, {"items": [1, 2]})
+    assert run.output.items == [] and writes(run) == [("items", "set", [])]
+
+
+# -- mutation verbs ----------------------------------------------------------------
+
+
+VERB_CASES = [
+    ("append", lambda s: s.items.append(4), [1, 2, 3, 4], [("items", "append", 4)]),
+    ("extend", lambda s: s.items.extend([4, 5]), [1, 2, 3, 4, 5],
+     [("items", "append", 4), ("items", "append", 5)]),
+    ("iadd", lambda s: s.items.__iadd__([4]), [1, 2, 3, 4], [("items", "append", 4)]),
+    ("setitem", lambda s: s.items.__setitem__(0, 9), [9, 2, 3], [("items[0]", "set", 9)]),
+    ("setitem-neg", lambda s: s.items.__setitem__(-1, 9), [1, 2, 9], [("items[2]", "set", 9)]),
+    ("delitem", lambda s: s.items.__delitem__(1), [1, 3], [("items[1]", "delete", None)]),
+    ("pop", lambda s: s.items.pop(), [1, 2], [("items[2]", "delete", None)]),
+    ("pop0", lambda s: s.items.pop(0), [2, 3], [("items[0]", "delete", None)]),
+    ("insert", lambda s: s.items.insert(0, 0), [0, 1, 2, 3], [("items", "set", [0, 1, 2, 3])]),
+    ("remove", lambda s: s.items.remove(2), [1, 3], [("items[1]", "delete", None)]),
+    ("clear", lambda s: s.items.clear(), [], [("items", "set", [])]),
+    ("sort", lambda s: s.items.sort(reverse=True), [3, 2, 1], [("items", "set", [3, 2, 1])]),
+    ("reverse", lambda s: s.items.reverse(), [3, 2, 1], [("items", "set", [3, 2, 1])]),
+    ("slice-set", lambda s: s.items.__setitem__(slice(0, 2), [7]), [7, 3], [("items", "set", [7, 3])]),
+    ("slice-del", lambda s: s.items.__delitem__(slice(1, None)), [1], [("items", "set", [1])]),
+]
+
+
+@pytest.mark.parametrize("name, op, expected, recorded", VERB_CASES, ids=[c[0] for c in VERB_CASES])
+def test_list_mutation_verbs(name, op, expected, recorded):
+    def st(s):
+        op(s)
+
+    run = run1(st, {"items": [1, 2, 3]})
+    assert run.output.items == expected
+    assert writes(run) == recorded
+    assert_replays(run)
+
+
+DICT_CASES = [
+    ("setitem", lambda s: s.d.__setitem__("c", 3), {"a": 1, "b": 2, "c": 3}, [("d.c", "set", 3)]),
+    ("del", lambda s: s.d.__delitem__("a"), {"b": 2}, [("d.a", "delete", None)]),
+    ("pop", lambda s: s.d.pop("b"), {"a": 1}, [("d.b", "delete", None)]),
+    ("pop-default", lambda s: s.d.pop("zz", 0), {"a": 1, "b": 2}, []),
+    ("popitem", lambda s: s.d.popitem(), {"a": 1}, [("d.b", "delete", None)]),
+    ("update", lambda s: s.d.update({"a": 5}, c=6), {"a": 5, "b": 2, "c": 6},
+     [("d.a", "set", 5), ("d.c", "set", 6)]),
+    ("ior", lambda s: s.d.__ior__({"z": 0}), {"a": 1, "b": 2, "z": 0}, [("d.z", "set", 0)]),
+    ("setdefault-new", lambda s: s.d.setdefault("c", 3), {"a": 1, "b": 2, "c": 3}, [("d.c", "set", 3)]),
+    ("setdefault-old", lambda s: s.d.setdefault("a", 3), {"a": 1, "b": 2}, []),
+    ("clear", lambda s: s.d.clear(), {}, [("d", "set", {})]),
+    ("odd-key", lambda s: s.d.__setitem__("a b", 1), {"a": 1, "b": 2, "a b": 1}, [('d["a b"]', "set", 1)]),
+]
+
+
+@pytest.mark.parametrize("name, op, expected, recorded", DICT_CASES, ids=[c[0] for c in DICT_CASES])
+def test_dict_mutation_verbs(name, op, expected, recorded):
+    def st(s):
+        op(s)
+
+    run = run1(st, {"d": {"a": 1, "b": 2}})
+    assert run.output.d == expected
+    assert writes(run) == recorded
+    assert_replays(run)
+
+
+def test_nested_dict_in_list_item_set():
+    def st(s):
+        s.msgs[0]["k"] = "v"
+        s.msgs[1]["inner"]["deep"] = 2
+        del s.msgs[0]["old"]
+
+    run = run1(st, {"msgs": [{"old": 1}, {"inner": {}}]})
+    assert run.output.msgs == [{"k": "v"}, {"inner": {"deep": 2}}]
+    assert writes(run) == [("msgs[0].k", "set", "v"), ("msgs[1].inner.deep", "set", 2),
+                           ("msgs[0].old", "delete", None)]
+    assert_replays(run)
+
+
+def test_nested_model_attribute_set():
+    def st(s):
+        s.profile.name = "ada"
+        s.profile.tags.append("x")
+        s.chat[0].content = "edited"
+        s.chat.append(Msg(role="assistant", content="hi"))
+        s.chat.append({"role": "user", "content": "dict is validated into Msg"})
+
+    run = run1(st, {"chat": [{"role": "user", "content": "q"}], "profile": {"tags": ["a"]}})
+    out = run.output
+    assert out.profile == Profile(name="ada", tags=["a", "x"])
+    assert [m.content for m in out.chat] == ["edited", "hi", "dict is validated into Msg"]
+    assert isinstance(out.chat[2], Msg)
+    assert writes(run)[:3] == [("profile.name", "set", "ada"), ("profile.tags", "append", "x"),
+                               ("chat[0].content", "set", "edited")]
+    assert writes(run)[3] == ("chat", "append", {"role": "assistant", "content": "hi"})
+    assert_replays(run)
+
+
+def test_unknown_nested_model_attribute():
+    def st(s):
+        s.profile.nope = 1
+
+    run = run1(st, raise_on_error=False)
+    assert run.status == "failed" and "profile.nope" in run.error
+
+
+def test_no_unrecorded_mutation_reaches_committed_state():
+    """Mutating a value read in one stage never changes what other steps saw unrecorded."""
+    seen = {}
+
+    def a(s):
+        items = s.items
+        seen["a"] = items
+        items.append(4)
+
+    def b(s):
+        seen["b"] = list(s.items)
+
+    inputs = {"items": [1, 2, 3]}
+    run = Pipeline("p", S).then(a).then(b).build().run(inputs)
+    assert inputs["items"] == [1, 2, 3]  # caller's input untouched
+    assert seen["b"] == [1, 2, 3, 4]
+    assert run.value_at("items", 0 if False else "a") == [1, 2, 3, 4]
+    assert json.loads(run.input_json)["items"] == [1, 2, 3]
+
+
+def test_iteration_and_views_wrap_nested_values():
+    def st(s):
+        for m in s.msgs:
+            m["seen"] = True
+        for k, v in s.d.items():
+            pass
+        for v in s.d.values():
+            pass
+
+    run = run1(st, {"msgs": [{}, {}], "d": {"a": 1}})
+    assert run.output.msgs == [{"seen": True}, {"seen": True}]
+    assert [w[0] for w in writes(run)] == ["msgs[0].seen", "msgs[1].seen"]
+
+
+def test_containers_read_compare_like_plain_values():
+    def st(s):
+        assert s.items == [1, 2]
+        assert s.d == {"a": 1}
+        assert len(s.items) == 2 and 2 in s.items
+        assert s.items[-1] == 2 and s.items[0:1] == [1]
+        assert s.profile == Profile(name="p")
+        assert s.maybe is None
+
+    run1(st, {"items": [1, 2], "d": {"a": 1}, "profile": {"name": "p"}})
+
+
+# -- buffering -----------------------------------------------------------------------
+
+
+def test_stage_sees_its_own_writes():
+    def st(s):
+        s.n = 3
+        assert s.n == 3
+        s.items.append(1)
+        assert s.items == [1]
+        s.items = [5, 6]
+        assert s.items == [5, 6]
+        s.items.append(7)
+        s.text = ",".join(map(str, s.items))
+
+    run = run1(st)
+    assert run.output.text == "5,6,7"
+
+
+def test_failed_stage_writes_not_committed():
+    def a(s):
+        s.n = 1
+
+    def b(s):
+        s.n = 99
+        s.items.append(1)
+        assert s.n == 99  # visible to itself
+        raise RuntimeError("boom")
+
+    run = Pipeline("p", S).then(a).then(b).build().run({}, raise_on_error=False)
+    assert run.status == "failed"
+    assert "stage 'b' failed" in run.error and "RuntimeError: boom" in run.error
+    assert run.output.n == 1 and run.output.items == []
+    assert [s.status for s in run.steps] == ["ok", "failed"]
+    assert writes(run) == [("n", "set", 1)]  # step b's writes never committed nor recorded
+    assert {r.path for r in run.reads if r.step == 2} == {"items", "n"}  # its reads are kept
+    assert run.state_at().n == 1
+
+
+# -- secrets ---------------------------------------------------------------------------
+
+
+def test_secrets_never_in_json():
+    secret = "sk-very-secret-123"
+
+    def st(s):
+        s.text = "used " + str(len(s.api_key.get_secret_value()))
+        s.api_key = SecretStr(secret + "-rotated")
+
+    run = run1(st, {"api_key": secret})
+    blobs = [run.input_json, run.output_json] + [w.value or "" for w in run.writes]
+    assert not any(secret in b for b in blobs)
+    assert "$redacted" in run.input_json and "$redacted" in run.output_json
+    key_write = next(w for w in run.writes if w.path == "api_key")
+    assert json.loads(key_write.value)["$redacted"].startswith("hmac-sha256:")
+    assert run.output.api_key.get_secret_value() == secret + "-rotated"  # the live value is intact
+    assert secret not in run.state_at().model_dump_json()
+
+
+def test_secret_hash_is_deterministic_for_equal_values():
+    a = run1(lambda s: None, {"api_key": "same"})
+    b = run1(lambda s: None, {"api_key": "same"})
+    c = run1(lambda s: None, {"api_key": "other"})
+    assert json.loads(a.input_json)["api_key"] == json.loads(b.input_json)["api_key"]
+    assert json.loads(a.input_json)["api_key"] != json.loads(c.input_json)["api_key"]
+
+
+def test_secret_not_in_write_error():
+    class Sec(BaseModel):
+        key: SecretStr = SecretStr("")
+
+    def st(s):
+        s.key = {"leak": "hunter2"}
+
+    run = Pipeline("p", Sec).then(st).build().run({}, raise_on_error=False)
+    assert run.status == "failed" and "'key'" in run.error
+    assert "hunter2" not in run.error
+
+
+def test_secret_marked_with_json_schema_extra():
+    from pydantic import Field
+
+    class Sec(BaseModel):
+        token: str = Field("", json_schema_extra={"secret": True})
+
+    run = Pipeline("p", Sec).then(lambda s: setattr(s, "token", "tok-123")).build().run({"token": "tok-0"})
+    assert "tok-" not in run.input_json + run.output_json + "".join(w.value for w in run.writes)
+
+
+def test_augmented_assignment_records_only_the_change():
+    def st(s):
+        s.items += [4, 5]
+        s.d |= {"z": 1}
+        s.n += 2
+
+    run = run1(st, {"items": [1], "n": 1})
+    assert run.output.items == [1, 4, 5] and run.output.d == {"z": 1} and run.output.n == 3
+    assert writes(run) == [("items", "append", 4), ("items", "append", 5), ("d.z", "set", 1), ("n", "set", 3)]
+    assert_replays(run)
+
+
+def test_stale_copy_after_reassignment_is_an_error():
+    def st(s):
+        old = s.items
+        s.items = [7]
+        old.append(5)  # would silently diverge from the recorded log
+
+    run = run1(st, {"items": [1]}, raise_on_error=False)
+    assert run.status == "failed" and "read scope.items again" in run.error
+    assert run.output.items == [1]
