@@ -322,3 +322,19 @@ def test_memory_package_stays_below_the_engine() -> None:
         for banned in ("tracemem.runner", "tracemem.store", "tracemem.cli", "import stages", "from stages"):
             assert banned not in text, f"{f.name} imports {banned}"
         assert len(text.splitlines()) < 400, f"{f.name} is over 400 lines"
+
+
+def test_reembed_switches_the_store_explicitly(mem: Memory, con: duckdb.DuckDBPyConnection) -> None:
+    rec = mem.remember("u", "User collects stamps")
+    gone = mem.remember("u", "User collects coins")
+    mem.forget(gone.memory_id)
+    small = HashingEmbedder(dim=64)
+    with pytest.raises(EmbedderMismatchError):
+        Memory(con, embedder=small)
+    switcher = Memory(con, embedder=None)
+    assert switcher.reembed(small) == 2
+    reopened = Memory(con, embedder=small)  # now the store is bound to the new embedder
+    assert reopened.embedding(rec.memory_id).shape == (64,)
+    assert reopened.search("u", "stamps").records[0].memory_id == rec.memory_id
+    with pytest.raises(EmbedderMismatchError):
+        Memory(con, embedder=HashingEmbedder())

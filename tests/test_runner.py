@@ -577,3 +577,13 @@ def test_state_at_and_value_at():
         run.state_at(9)
     with pytest.raises(TracememError, match="no value at 'threads.zz'"):
         run.value_at("threads.zz")
+
+
+def test_loop_predicate_writes_are_committed():
+    def more(s):
+        s.log.append("checked")
+        return s.n < 2
+
+    run = Pipeline("p", S).then(think).loop_to("think", when=more).build().run({})
+    assert run.output.log == ["think1", "checked", "think2", "checked"]
+    assert run.state_at().model_dump() == run.output.model_dump()

@@ -11,6 +11,7 @@ from .pipeline import Pipeline
 from .record import Decision, Read, Step, Write
 from .run import Run
 from .runner import Flow, RunFailed
+from . import sources as _sources  # registers backtracking beyond the scope  # noqa: E402,F401
 
 __all__ = [
     "Pipeline", "Flow", "Run", "RunFailed", "StageContext", "decide",

@@ -411,6 +411,7 @@ class _Execution:
             self.loop_counts.pop(loop_key, None)
             self.last_decision.pop(loop_key, None)
             if rec is not None:
+                self._commit(rec)  # a predicate's writes (rare) are recorded, so they are committed too
                 self._record(Step(rec.step, spec.id, spec.name, "loop", iteration, "ok", None, started,
                                   time.time_ns(), routed), rec, Decision(rec.step, "exit", {"when": node.when.__name__}))
             return pc + 1
@@ -427,6 +428,7 @@ class _Execution:
         if decided_by is not None:
             self.last_decision[loop_key] = decided_by
         if rec is not None:
+            self._commit(rec)
             self._record(Step(rec.step, spec.id, spec.name, "loop", iteration, "ok", None, started, time.time_ns(),
                               routed), rec, Decision(rec.step, "continue", {"when": node.when.__name__}))
         return ins.target

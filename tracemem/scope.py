@@ -95,7 +95,7 @@ class StageScope:
 
     # -- writes ------------------------------------------------------------
     def set_field(self, name: str, value: Any) -> None:
-        if value is not None and value is self.proxies.get(name):
+        if self.proxies and value is not None and value is self.proxies.get(name):
             return  # `scope.items += [x]`: the in-place change is already recorded (as appends)
         schema = self.state.schema
         if name not in schema.field_set:

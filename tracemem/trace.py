@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from .run import Run
 
 # Extensions add edges from a step to things outside the scope (see tracemem.sources).
-SourceHook = Callable[["_Walker", "RunIndex", int, str], None]
+SourceHook = Callable[["_Walker", "RunIndex", int, str, int], None]
 SOURCE_HOOKS: list[SourceHook] = []
+DESCRIBERS: list[Callable[[dict[str, Any]], Optional[str]]] = []  # render extension node kinds
+_EDGE_ORDER = {"source": 0, "provenance": 1, "data": 2, "compose": 3, "control": 4}
 
 
 class RunIndex:
@@ -106,13 +108,15 @@ class Trace:
         def visit(node: str, depth: int, via: Optional[str]) -> None:
             if len(lines) >= max_lines:
                 return
-            arrow = "" if depth == 0 else "  " * (depth - 1) + ("⇐ " if via == "control" else "← ")
+            arrow = "" if depth == 0 else "  " * (depth - 1) + {"control": "⇐ ", "provenance": "↞ "}.get(via or "", "← ")
             if node in seen:
                 lines.append(f"{arrow}{describe(self.graph.nodes[node])} (see above)")
                 return
             seen.add(node)
             lines.append(arrow + describe(self.graph.nodes[node]))
-            for child in self.graph.successors(node):
+            children = sorted(self.graph.successors(node),
+                              key=lambda c: _EDGE_ORDER.get(self.graph.edges[node, c].get("kind"), 9))
+            for child in children:
                 visit(child, depth + 1, self.graph.edges[node, child].get("kind"))
 
         if self.root is not None:
@@ -125,6 +129,13 @@ class Trace:
 
     def __str__(self) -> str:
         return self.explain()
+
+    def influence(self, embedder: Any = None) -> list[dict[str, Any]]:
+        """Prompt sections of the final model call ranked by how much of the answer they support
+        (lexical + embedding overlap; correlational, not causal) — the likeliest culprit first."""
+        from .sources import influence
+
+        return influence(self, embedder)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -150,10 +161,15 @@ class Trace:
 
 def _short(value: Any, limit: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def describe(d: dict[str, Any]) -> str:
+    for describer in DESCRIBERS:
+        text = describer(d)
+        if text is not None:
+            return text
     kind = d.get("kind")
     if kind == "write":
         verb = {"set": "=", "append": "+=", "delete": "deleted"}.get(d["verb"], d["verb"])

@@ -272,7 +272,8 @@ class Memory:
     def embedding(self, memory_id: str) -> np.ndarray | None:
         """The stored vector of a record (None when it has none)."""
         with self.lock:
-            row = self.con.execute("SELECT embedding FROM memories WHERE memory_id = ?", [memory_id]).fetchone()
+            rows = self.con.execute("SELECT embedding FROM memories WHERE memory_id = ?", [memory_id]).fetchall()
+        row = rows[0] if rows else None
         if row is None:
             raise MemoryNotFoundError(f"no memory {memory_id!r}")
         return None if row[0] is None else np.asarray(row[0], dtype=np.float32)

@@ -55,7 +55,7 @@ class HashingEmbedder:
     caveat: str | None = HASHING_CAVEAT
     # Fusion tuning (read by search): a hashing vector is itself lexical, so BM25 leads;
     # below min_similarity a record that shares no query term is not a match.
-    lexical_weight: float = 0.7
+    lexical_weight: float = 0.9
     min_similarity: float = 0.1
 
     def __init__(self, dim: int = 384, *, char_ngrams: tuple[int, int] = (3, 5),

@@ -63,7 +63,7 @@ class MiniLMEmbedder:
     dim = 384
     caveat: str | None = None
     lexical_weight = 0.4  # tuned on LoCoMo: BM25 + MiniLM score fusion, recall@10 0.66
-    min_similarity = 0.2  # MiniLM cosines of unrelated sentences sit around 0..0.15
+    min_similarity = 0.3  # MiniLM cosines of unrelated sentences sit around 0..0.2
 
     def __init__(self, *, model_dir: str | Path | None = None, max_tokens: int = 256, batch_size: int = 32) -> None:
         try:

@@ -167,21 +167,29 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     else:
         cand = alive & (lex > 0)
 
-    def fuse(lexical: np.ndarray) -> np.ndarray:
-        if sim is None:
-            return lexical
-        best = lexical[cand].max() if cand.any() else 0.0
-        norm = lexical / best if best > 0 else lexical
-        return lexical_weight * norm + (1.0 - lexical_weight) * sim
-
-    score = fuse(lex)
     cand_rows = np.flatnonzero(cand)
+    sim_c = None if sim is None else sim[cand_rows]
+
+    def fuse(lexical_c: np.ndarray) -> np.ndarray:
+        """Fused score of the candidates only (scoring non-candidates would be wasted work)."""
+        if sim_c is None:
+            return lexical_c
+        best = lexical_c.max() if len(lexical_c) else 0.0
+        norm = lexical_c / best if best > 0 else lexical_c
+        return lexical_weight * norm + (1.0 - lexical_weight) * sim_c
+
+    lex_c = lex[cand_rows]
+    score_c = fuse(lex_c)
     if len(cand_rows) > PRF_DOCS:
-        top = cand_rows[np.argsort(-score[cand_rows], kind="stable")[:PRF_DOCS]]
+        top = cand_rows[np.argpartition(-score_c, PRF_DOCS - 1)[:PRF_DOCS]]
         extra = _feedback_terms(shard, top, qterms)
         if extra:
-            lex = lex + np.where(cand, shard.lex.score(extra.keys(), n, extra), 0.0)
-            score = fuse(lex)
+            lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
+            score_c = fuse(lex_c)
+    score = np.zeros(n)
+    score[cand_rows] = score_c
+    lex = np.zeros(n)
+    lex[cand_rows] = lex_c
 
     out = Ranking(rows=cand_rows, score=score, lexical=lex, similarity=sim, total=len(cand_rows))
     keep = cand_rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Iterator, Sequence
@@ -127,8 +128,15 @@ def update_record(con: duckdb.DuckDBPyConnection, memory_id: str, fields: dict[s
 
 def load_live(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[Any, ...]], list[np.ndarray | None]]:
     """All records not forgotten, with their embeddings, through Arrow (fast for 100k rows)."""
-    rel = con.sql(f"SELECT {_COLS}, embedding FROM memories WHERE deleted_at IS NULL ORDER BY created_at, memory_id")
-    tbl = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+    query = f"SELECT {_COLS}, embedding FROM memories WHERE deleted_at IS NULL ORDER BY created_at, memory_id"
+    try:
+        rel = con.sql(query)
+        tbl = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+    except duckdb.Error:  # another user of the shared connection left a result open: execute() supersedes it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = con.execute(query)
+            tbl = res.to_arrow_table() if hasattr(res, "to_arrow_table") else res.fetch_arrow_table()
     if isinstance(tbl, pa.RecordBatchReader):
         tbl = tbl.read_all()
     columns = [tbl.column(c).to_pylist() for c in MEMORY_COLUMNS]
@@ -162,8 +170,8 @@ def write_embeddings(con: duckdb.DuckDBPyConnection, ids: Sequence[str], vecs: n
 
 
 def get_meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
-    row = con.execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]).fetchone()
-    return None if row is None else row[0]
+    rows = con.execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]).fetchall()  # fetchall: leave no open result
+    return rows[0][0] if rows else None
 
 
 def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:

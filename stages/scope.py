@@ -1,0 +1,24 @@
+"""`AgentScope`: the fields the ready-made stages read and write by default.
+
+Subclass it to add your own fields; every stage also takes the field names as
+parameters, so any scope with fields of these shapes works.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class AgentScope(BaseModel):
+    question: str = ""  # this turn's user message
+    turn_id: str = ""  # the host's id for this turn (kept as memory provenance)
+    messages: list[dict[str, str]] = []  # the conversation so far: {"role", "content"}
+    user: dict[str, str] = {}  # identity facts the host vouches for (server-trust)
+    context: dict[str, Any] = {}  # other data the prompt should carry
+    memories: list[dict[str, Any]] = []  # what recall injected
+    recall_receipt: dict[str, Any] = {}  # how recall ran and what it left out
+    snapshot: str = ""  # past-run context from load_snapshot
+    prompt: str = ""  # the assembled system prompt
+    prompt_id: str = ""
+    answer: str = ""

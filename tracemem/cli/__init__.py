@@ -1,0 +1,260 @@
+"""The `tracemem` command: look at a store from the shell.
+
+    tracemem runs | show RUN | backtrack RUN PATH | sql "QUERY" | memories | prune | export DIR
+    tracemem graph MODULE:ATTR | demo
+
+Every command takes `--db PATH` (default ./tracemem.duckdb or $TRACEMEM_DB) and
+`--json`. Errors are one line on stderr and a non-zero exit, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from datetime import datetime, timedelta
+from typing import Any, Optional, Sequence
+
+import duckdb
+
+from ..errors import TracememError
+from .render import Progress, table, to_json
+
+
+def _parent() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS,
+                        help="store file (default: $TRACEMEM_DB or ./tracemem.duckdb)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _parent()
+    ap = argparse.ArgumentParser(prog="tracemem", description=__doc__.splitlines()[0], parents=[common])
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
+    p.add_argument("--pipeline")
+    p.add_argument("--status")
+    p.add_argument("--subject")
+    p.add_argument("--limit", type=int, default=20)
+    p = sub.add_parser("show", parents=[common], help="one run: steps, decisions, output")
+    p.add_argument("run")
+    p = sub.add_parser("backtrack", parents=[common], help="why a value is what it is")
+    p.add_argument("run")
+    p.add_argument("path")
+    p.add_argument("--mermaid", action="store_true")
+    p = sub.add_parser("sql", parents=[common], help="run SQL over the store (read-only unless --write)")
+    p.add_argument("query")
+    p.add_argument("--write", action="store_true")
+    p = sub.add_parser("memories", parents=[common], help="list memory records")
+    p.add_argument("--subject")
+    p.add_argument("--all", action="store_true", help="include forgotten records")
+    p = sub.add_parser("prune", parents=[common], help="delete old runs (never what memories cite)")
+    p.add_argument("--older-than", help="days (e.g. 30) or an ISO date")
+    p.add_argument("--keep-last", type=int)
+    p.add_argument("--dry-run", action="store_true")
+    p = sub.add_parser("export", parents=[common], help="write every table to Parquet")
+    p.add_argument("directory")
+    p = sub.add_parser("graph", parents=[common], help="Mermaid of a flow: MODULE:ATTR")
+    p.add_argument("target")
+    p = sub.add_parser("demo", parents=[common], help="the whole idea in one minute")
+    p.add_argument("--fresh", action="store_true", help="start from an empty file")
+    return ap
+
+
+def _db(args: argparse.Namespace) -> str:
+    return getattr(args, "db", None) or os.environ.get("TRACEMEM_DB") or "tracemem.duckdb"
+
+
+def _open(args: argparse.Namespace, write: bool = False) -> Any:
+    from ..store import Store
+
+    store = Store(_db(args), read_only=not write, snapshot_if_locked=not write)
+    if store.snapshot_of:
+        print(f"note: {store.snapshot_note}", file=sys.stderr)
+    return store
+
+
+def resolve_run(store: Any, ref: str) -> str:
+    """A full run id from a unique prefix (people copy the first 8 characters)."""
+    rows = store.sql("SELECT run_id FROM runs WHERE starts_with(run_id, ?) LIMIT 3", [ref]).fetchall()
+    if not rows:
+        raise TracememError(f"no run '{ref}' in {store.path}; list them with `tracemem runs`")
+    if len(rows) > 1:
+        raise TracememError(f"run prefix '{ref}' is ambiguous ({', '.join(r[0] for r in rows)}…); give more characters")
+    return rows[0][0]
+
+
+def cmd_runs(args: argparse.Namespace, out: Any) -> None:
+    with _open(args) as store:
+        rows = store.runs(pipeline=args.pipeline, status=args.status, subject=args.subject, limit=args.limit)
+    if _json(args):
+        print(to_json(rows), file=out)
+        return
+    cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error"]
+    print(table(cols, [[r[c] for c in cols] for r in rows], width=50), file=out)
+
+
+def cmd_show(args: argparse.Namespace, out: Any) -> None:
+    with _open(args) as store:
+        run = store.run(resolve_run(store, args.run))
+        if _json(args):
+            print(to_json({
+                "run_id": run.run_id, "pipeline": run.pipeline, "status": run.status, "error": run.error,
+                "subject": run.subject, "trace_id": run.trace_id, "parent_run_id": run.parent_run_id,
+                "continues": run.continues, "steps": [s._asdict() for s in run.steps],
+                "decisions": [d._asdict() for d in run.decisions], "output": json.loads(run.output_json or "null"),
+                "final_state": run.state_at() if run.schema is None else json.loads(run.output.model_dump_json()),
+            }), file=out)
+            return
+        duration = (run.ended_at - run.started_at) / 1e6 if run.ended_at else None
+        print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
+        for label, value in (("error", run.error), ("subject", run.subject), ("trace id", run.trace_id),
+                             ("parent run", run.parent_run_id), ("continues run", run.continues),
+                             ("duration", f"{duration:.2f} ms" if duration is not None else None)):
+            if value:
+                print(f"  {label}: {value}", file=out)
+        print("\nsteps", file=out)
+        print(table(["step", "stage", "kind", "iter", "status", "ms", "routed_by", "error"],
+                    [[s.step, s.stage, s.kind, s.iteration, s.status, round((s.ended_at - s.started_at) / 1e6, 3),
+                      s.routed_by, s.error] for s in run.steps]), file=out)
+        if run.decisions:
+            print("\ndecisions", file=out)
+            print(table(["step", "chosen", "evidence"], [[d.step, d.chosen, d.evidence] for d in run.decisions],
+                        width=90), file=out)
+        print("\nfinal scope", file=out)
+        final = run.state_at()
+        data = json.loads(final.model_dump_json()) if hasattr(final, "model_dump_json") else final
+        for key, value in data.items():
+            print(f"  {key}: {json.dumps(value, default=str)[:200]}", file=out)
+
+
+def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
+    with _open(args) as store:
+        trace = store.run(resolve_run(store, args.run)).backtrack(args.path)
+        if _json(args):
+            print(to_json(trace.to_json()), file=out)
+        elif args.mermaid:
+            print(trace.to_mermaid(), file=out)
+        else:
+            print(trace.explain(), file=out)
+
+
+def cmd_sql(args: argparse.Namespace, out: Any) -> None:
+    with _open(args, write=args.write) as store:
+        rel = store.sql(args.query)
+        if rel is None:
+            print("ok", file=out)
+            return
+        cols, rows = rel.columns, rel.fetchall()
+    if _json(args):
+        print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
+    else:
+        print(table(cols, rows), file=out)
+
+
+def cmd_memories(args: argparse.Namespace, out: Any) -> None:
+    where = [] if args.all else ["deleted_at IS NULL"]
+    params: list[Any] = []
+    if args.subject:
+        where.append("subject = ?")
+        params.append(args.subject)
+    clause = ("WHERE " + " AND ".join(where)) if where else ""
+    with _open(args) as store:
+        rel = store.sql("SELECT memory_id, subject, text, confidence, review_state, valid_from, valid_until, "
+                        f"source_run_id, source_step, source_ref FROM memories {clause} ORDER BY created_at", params)
+        cols, rows = rel.columns, rel.fetchall()
+    if _json(args):
+        print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
+    else:
+        print(table(cols, rows, width=48), file=out)
+
+
+def _when(text: str) -> datetime:
+    try:
+        return datetime.now() - timedelta(days=float(text))
+    except ValueError:
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            raise TracememError(f"--older-than takes days (e.g. 30) or an ISO date, got {text!r}") from None
+
+
+def cmd_prune(args: argparse.Namespace, out: Any) -> None:
+    if args.older_than is None and args.keep_last is None:
+        raise TracememError("prune needs --older-than DAYS|DATE and/or --keep-last N")
+    with _open(args, write=True) as store:
+        report = store.prune(older_than=_when(args.older_than) if args.older_than else None,
+                             keep_last=args.keep_last, dry_run=args.dry_run, progress=Progress("pruning"))
+    if _json(args):
+        print(to_json({"runs": report.runs, "rows": report.rows, "kept_cited": report.kept_cited,
+                       "dry_run": report.dry_run}), file=out)
+    else:
+        print(report, file=out)
+
+
+def cmd_export(args: argparse.Namespace, out: Any) -> None:
+    with _open(args) as store:
+        counts = store.export(args.directory, progress=Progress("exporting"))
+    if _json(args):
+        print(to_json(counts), file=out)
+    else:
+        print(table(["table", "rows"], sorted(counts.items())), file=out)
+        print(f"wrote {len(counts)} Parquet files to {args.directory}", file=out)
+
+
+def cmd_graph(args: argparse.Namespace, out: Any) -> None:
+    from ..pipeline import Pipeline
+
+    module_name, _, attr = args.target.partition(":")
+    if not attr:
+        raise TracememError(f"graph takes MODULE:ATTR (e.g. examples.credit:flow), got {args.target!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise TracememError(f"cannot import {module_name}: {err}") from None
+    flow = getattr(module, attr, None)
+    if flow is None:
+        raise TracememError(f"{module_name} has no attribute '{attr}'")
+    if isinstance(flow, Pipeline):
+        flow = flow.build()
+    if _json(args):
+        print(to_json(flow.to_spec()), file=out)
+    else:
+        print(flow.to_mermaid(), file=out)
+
+
+def cmd_demo(args: argparse.Namespace, out: Any) -> None:
+    from .demo import run_demo
+
+    run_demo(_db(args) if getattr(args, "db", None) else "demo.duckdb", fresh=args.fresh, out=out)
+
+
+def _json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+COMMANDS = {"runs": cmd_runs, "show": cmd_show, "backtrack": cmd_backtrack, "sql": cmd_sql,
+            "memories": cmd_memories, "prune": cmd_prune, "export": cmd_export, "graph": cmd_graph,
+            "demo": cmd_demo}
+
+
+def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        COMMANDS[args.command](args, out)
+    except (TracememError, duckdb.Error, OSError, ValueError) as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"tracemem: error: {message}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
