@@ -37,13 +37,15 @@ import gc
 import itertools
 import operator
 import os
+import random
 import sqlite3
 import statistics
+import string
 import sys
 import tempfile
 import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Annotated, Any, Callable, Optional, TypedDict
 
 # no peer may reach the network or a tracing backend while measured
 os.environ["LANGSMITH_TRACING"] = "false"
@@ -58,6 +60,22 @@ from tracemem.store import Store  # noqa: E402
 
 MESSAGE = ("hello there " * 20)[:200]  # the same strings bench/store.py's chat uses
 REPLY = ("ok " * 70)[:200]
+_rng = random.Random(9)
+_WORDS = ["".join(_rng.choices(string.ascii_lowercase, k=_rng.randint(2, 9))) for _ in range(2000)]
+
+
+def text(seed: int) -> str:
+    """200 characters of word-like text, different every turn (repeated text flatters a compressing store)."""
+    r = random.Random(seed)
+    out = ""
+    while len(out) < 200:
+        out += r.choice(_WORDS) + " "
+    return out[:200]
+
+
+def answer(user: str) -> str:
+    """The scripted reply: 200 characters that depend on the message, so no two turns repeat."""
+    return user[::-1] if user != MESSAGE else REPLY
 BASELINE = "tracemem store, durability=run"
 PLAIN = "plain python (dict)"
 
@@ -69,6 +87,33 @@ def wiring(i: int) -> tuple[str, str, str]:
 
 def initial() -> dict[str, int]:
     return {f: i for i, f in enumerate(FIELDS)}  # = overhead.Five's defaults
+
+
+def tracemem_final() -> dict[str, int]:
+    out = build_flow("check").run({}).output
+    return {f: (out[f] if isinstance(out, dict) else getattr(out, f)) for f in FIELDS}
+
+
+def same_result(peer: str, got: dict[str, int]) -> list[str]:
+    """The peers must compute what tracemem computes: same graph, same state."""
+    expected = tracemem_final()
+    return [] if got == expected else [f"WARNING: {peer} final state {got} differs from tracemem's {expected}"]
+
+
+class Five(TypedDict):
+    """LangGraph's state for the pipeline: the same five ints as overhead.Five."""
+    f0: int
+    f1: int
+    f2: int
+    f3: int
+    f4: int
+
+
+class ChatState(TypedDict):
+    """LangGraph's chat state: the fields of bench/store.py's Chat, messages under an append reducer."""
+    user: str
+    messages: Annotated[list[dict[str, str]], operator.add]
+    reply: str
 
 
 class Variant:
@@ -147,18 +192,9 @@ def tracemem_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]
 
 # -- LangGraph --------------------------------------------------------------------
 def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
-    from typing import TypedDict
-
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
-
-    class Five(TypedDict):
-        f0: int
-        f1: int
-        f2: int
-        f3: int
-        f4: int
 
     def node(i: int) -> Callable[[Five], dict[str, int]]:
         a, b, out = wiring(i)
@@ -195,11 +231,7 @@ def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]
                 lambda: on_file.invoke(initial(), config(), durability="exit")),
     ]
     check = bare.invoke(initial())
-    flow_out = build_flow("check").run({})
-    expected = {f: getattr(flow_out.state, f) for f in FIELDS} if hasattr(flow_out, "state") else None
-    notes = [] if expected is None or expected == dict(check) else [
-        f"WARNING: LangGraph final state {dict(check)} differs from tracemem's {expected}"]
-    return variants, notes, [conn]
+    return variants, same_result("LangGraph", {f: check[f] for f in FIELDS}), [conn]
 
 
 # -- Burr -------------------------------------------------------------------------
@@ -246,12 +278,7 @@ def burr_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
     build_us = build_only.timed(build_only.runs) / build_only.runs * 1e6
     notes = [f"burr: ApplicationBuilder.build() from the prebuilt graph costs {build_us:.0f} µs per run "
              f"(= {build_us / STAGES:.1f} µs/stage of each burr figure, no tracking)"]
-    flow_out = build_flow("check").run({})
-    if hasattr(flow_out, "state"):
-        expected = {f: getattr(flow_out.state, f) for f in FIELDS}
-        got = {f: state[f] for f in FIELDS}
-        if got != expected:
-            notes.append(f"WARNING: Burr final state {got} differs from tracemem's {expected}")
+    notes += same_result("Burr", {f: state[f] for f in FIELDS})
     return variants, notes, [conn]
 
 
@@ -308,20 +335,37 @@ def sqlite_bytes(conn: sqlite3.Connection, path: str) -> int:
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
-def langgraph_chat(turns: int, folder: str, marks: tuple[int, ...]) -> list[tuple[int, int]]:
-    from typing import Annotated, TypedDict
+def tracemem_chat(turns: int, folder: str, marks: tuple[int, ...]) -> list[tuple[int, int]]:
+    """bench/store.py's chat_growth with a different message and reply every turn."""
+    from bench.store import Chat, file_bytes
+    from tracemem import Pipeline
 
+    def respond(scope: Chat) -> None:
+        history = scope.messages
+        scope.messages.append({"role": "user", "content": scope.user})
+        scope.reply = answer(scope.user) if len(history) >= 0 else ""
+        scope.messages.append({"role": "assistant", "content": scope.reply})
+
+    flow = Pipeline("chat", Chat).then(respond).build()
+    store = Store(os.path.join(folder, "tm-chat-distinct.duckdb"))
+    sizes = [(0, file_bytes(store))]
+    previous = None
+    for turn in range(1, turns + 1):
+        previous = flow.run({"user": text(turn)}, resume=previous, store=store)
+        if turn in marks or turn == turns:
+            sizes.append((turn, file_bytes(store)))
+    assert len(previous.output.messages) == 2 * turns
+    store.close()
+    return sizes
+
+
+def langgraph_chat(turns: int, folder: str, marks: tuple[int, ...]) -> list[tuple[int, int]]:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
 
-    class ChatState(TypedDict):
-        user: str
-        messages: Annotated[list[dict[str, str]], operator.add]
-        reply: str
-
     def respond(state: ChatState) -> dict[str, Any]:
         history = state.get("messages", [])
-        reply = REPLY if len(history) >= 0 else ""
+        reply = answer(state["user"]) if len(history) >= 0 else ""
         return {"messages": [{"role": "user", "content": state["user"]},
                              {"role": "assistant", "content": reply}], "reply": reply}
 
@@ -334,7 +378,7 @@ def langgraph_chat(turns: int, folder: str, marks: tuple[int, ...]) -> list[tupl
     cfg = {"configurable": {"thread_id": "chat"}}
     sizes = [(0, sqlite_bytes(conn, path))]
     for turn in range(1, turns + 1):
-        graph.invoke({"user": MESSAGE}, cfg)
+        graph.invoke({"user": text(turn)}, cfg)
         if turn in marks or turn == turns:
             sizes.append((turn, sqlite_bytes(conn, path)))
     final = graph.get_state(cfg).values
@@ -350,7 +394,7 @@ def burr_chat(turns: int, folder: str, marks: tuple[int, ...]) -> list[tuple[int
     @action(reads=["messages"], writes=["messages", "reply", "user"])
     def respond(state: State, user: str) -> State:
         history = state["messages"]
-        reply = REPLY if len(history) >= 0 else ""
+        reply = answer(user) if len(history) >= 0 else ""
         return (state.update(user=user, reply=reply)
                 .append(messages={"role": "user", "content": user})
                 .append(messages={"role": "assistant", "content": reply}))
@@ -365,7 +409,7 @@ def burr_chat(turns: int, folder: str, marks: tuple[int, ...]) -> list[tuple[int
            .with_identifiers(app_id="chat").with_state_persister(persister).build())
     sizes = [(0, sqlite_bytes(conn, path))]
     for turn in range(1, turns + 1):
-        app.step(inputs={"user": MESSAGE})
+        app.step(inputs={"user": text(turn)})
         if turn in marks or turn == turns:
             sizes.append((turn, sqlite_bytes(conn, path)))
     assert len(app.state["messages"]) == 2 * turns
@@ -379,7 +423,8 @@ def chat(args: argparse.Namespace, folder: str) -> None:
         marks = tuple(sorted({max(1, args.turns // 5), max(1, args.turns // 2), args.turns}))
     systems: dict[str, Callable[[], list[tuple[int, int]]]] = {}
     if "tracemem" in args.peers:
-        systems["tracemem (DuckDB, resume=previous)"] = lambda: chat_growth(args.turns, folder, marks)
+        systems["tracemem, repeated text (chat_growth)"] = lambda: chat_growth(args.turns, folder, marks)
+        systems["tracemem (DuckDB), distinct text"] = lambda: tracemem_chat(args.turns, folder, marks)
     if "langgraph" in args.peers:
         systems["langgraph SqliteSaver (WAL)"] = lambda: langgraph_chat(args.turns, folder, marks)
     if "burr" in args.peers:
@@ -396,7 +441,8 @@ def chat(args: argparse.Namespace, folder: str) -> None:
         results[label] = (points, time.perf_counter() - start)
 
     print(f"\n## {args.turns}-turn chat storage (one turn = one run / invoke / step on the same thread, "
-          f"appending a 200-char user message and a 200-char reply)")
+          f"appending a 200-char user message and a 200-char reply, different text every turn; "
+          f"'repeated text' = bench/store.py's chat_growth, the same message every turn)")
     print("goal: tracemem ≤ 1 MB over 500 turns, growing linearly; reference here at 500 turns: "
           "langgraph 304 MB, burr 60 MB")
     print(f"bytes added to the file(s) since the empty store, at turn:")
@@ -406,7 +452,7 @@ def chat(args: argparse.Namespace, folder: str) -> None:
         by_turn = dict(points)
         cells = " ".join(f"{by_turn[m] - base:>12,}" if m in by_turn else f"{'-':>12}" for m in marks)
         print(f"{label:<36} {cells} {growth_exponent(points):>9.2f} {secs:>8.1f}")
-    tm = next((p for lbl, (p, _) in results.items() if lbl.startswith("tracemem")), None)
+    tm = results.get("tracemem (DuckDB), distinct text", (None,))[0]
     for label, (points, _) in results.items():
         added = points[-1][1] - points[0][1]
         ratio = f", {added / (tm[-1][1] - tm[0][1]):.0f}× tracemem" if tm and not label.startswith("tracemem") \

@@ -275,3 +275,16 @@ def test_hash_stable_across_processes(tmp_path):
         for seed in (1, 2, 3)
     }
     assert len(hashes) == 1
+
+
+def test_subflow_mapping_names_checked_at_build():
+    class C(BaseModel):
+        text: str = ""
+
+    child = Pipeline("child", C).then(lambda c: None, id="noop").build()
+    with pytest.raises(PipelineError, match=r"subflow 'child' outputs=\{'x': 'nope'\}: C has no field 'nope'"):
+        Pipeline("p", S).subflow(child, inputs={"text": "route"}, outputs={"x": "nope"})
+    with pytest.raises(PipelineError, match=r"inputs=\{'text': 'zz'\}: S has no field 'zz'"):
+        Pipeline("p", S).subflow(child, inputs={"text": "zz"}, outputs={})
+    with pytest.raises(PipelineError, match=r"outputs=\{'zz': 'text'\}: S has no field 'zz'"):
+        Pipeline("p", S).subflow(child, inputs=lambda s: {}, outputs={"zz": "text"})

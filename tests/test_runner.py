@@ -587,3 +587,43 @@ def test_loop_predicate_writes_are_committed():
     run = Pipeline("p", S).then(think).loop_to("think", when=more).build().run({})
     assert run.output.log == ["think1", "checked", "think2", "checked"]
     assert run.state_at().model_dump() == run.output.model_dump()
+
+
+def test_failed_stage_keeps_its_logs():
+    def bad(s, ctx):
+        ctx.log("about to fail")
+        raise RuntimeError("x")
+
+    def fine(s, ctx):
+        ctx.log("fine")
+
+    run = Pipeline("p", S).then(bad).build().run({}, raise_on_error=False)
+    assert run.steps[-1].logs == ("about to fail",)
+    run = Pipeline("p", S).fork(fine, bad).build().run({}, raise_on_error=False)
+    assert [(s.stage, s.logs) for s in run.steps] == [("fine", ("fine",)), ("bad", ("about to fail",))]
+
+
+def test_bool_decider_with_bool_arm_keys():
+    flow = Pipeline("p", S).branch(lambda s: s.n > 0, {True: approve, False: reject}, id="positive").build()
+    assert flow.run({"n": 1}).output.out == "approved"
+    run = flow.run({"n": 0})
+    assert run.output.out == "rejected" and run.decisions[0].chosen == "False"
+
+
+def test_break_loop_from_fork_branch():
+    def watcher(s, ctx):
+        if s.n >= 2:
+            ctx.break_loop("watcher saw enough")
+
+    def worker(s):
+        s.tools.append(f"w{s.n}")
+
+    flow = (Pipeline("p", S).then(think).fork(watcher, worker).loop_to("think", when=lambda s: True)
+            .then(review_after).build())
+    run = flow.run({})
+    assert run.ok and run.output.n == 2 and run.output.tools == ["w1", "w2"] and run.output.out == "after"
+    (brk,) = [d for d in run.decisions if d.chosen == "break"]
+    assert run.step(brk.step).stage == "watcher" and brk.evidence["reason"] == "watcher saw enough"
+
+    run = Pipeline("p", S).fork(watcher, worker).build().run({"n": 5}, raise_on_error=False)
+    assert run.status == "failed" and "not inside a loop" in run.error and run.output.tools == []

@@ -399,3 +399,29 @@ def test_stale_copy_after_reassignment_is_an_error():
     run = run1(st, {"items": [1]}, raise_on_error=False)
     assert run.status == "failed" and "read scope.items again" in run.error
     assert run.output.items == [1]
+
+
+def test_secrets_masked_in_decision_evidence_and_nested_models():
+    from tracemem import decide
+
+    class Creds(BaseModel):
+        token: SecretStr = SecretStr("")
+
+    class Sec(BaseModel):
+        key: SecretStr = SecretStr("")
+        creds: Creds = Creds()
+
+    def route(s):
+        return decide(s, [("has key", lambda s: len(s.key.get_secret_value()) > 3, "a"),
+                          ("has token", lambda s: bool(s.creds.token.get_secret_value()), "a")], default="a")
+
+    def rotate(s):
+        s.creds.token = SecretStr("tok-SECRET-1")
+        s.creds = Creds(token="tok-SECRET-2")
+
+    run = Pipeline("p", Sec).branch(route, {"a": rotate}).build().run(
+        {"key": "sk-SECRET", "creds": {"token": "tok-SECRET-0"}})
+    blob = json.dumps(run.decisions[0].evidence) + run.input_json + (run.output_json or "") + "".join(
+        w.value or "" for w in run.writes) + run.backtrack("creds").explain()
+    assert "SECRET" not in blob
+    assert run.output.creds.token.get_secret_value() == "tok-SECRET-2"

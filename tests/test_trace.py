@@ -244,3 +244,44 @@ def test_backtrack_nested_path():
     assert run.backtrack('notes["x"]').missing is None
     with pytest.raises(ValueError, match="not a scope path"):
         run.backtrack("9bad")
+
+
+def test_fork_appends_compose_in_declared_order():
+    def left(s):
+        s.log.append(str(s.a))
+
+    def right(s):
+        s.log.append(str(s.b))
+
+    def idle(s):
+        s.other = 1
+
+    run = Pipeline("p", S).fork(left, right, idle).build().run({})
+    assert run.output.log == ["1", "2"]
+    t = run.backtrack("log")
+    assert edges(t, "compose") == {("right:log", "left:log"), ("left:log", "input:log")}
+    # (left's data edge to the input list is the same graph edge as its compose edge)
+    assert edges(t, "data") == {("right:log", "input:b"), ("right:log", "input:log"), ("left:log", "input:a")}
+    assert [s.stage for s in t.steps] == ["left", "right"]
+
+
+def test_subflow_write_traces_to_mapped_inputs():
+    class C(BaseModel):
+        x: int = 0
+        y: int = 0
+
+    def double(c):
+        c.y = c.x * 2
+
+    child = Pipeline("child", C).then(double).build()
+
+    def prep(s):
+        s.c = s.a + 1
+
+    run = (Pipeline("p", S).then(prep).then(lambda s: setattr(s, "other", s.b), id="noise")
+           .subflow(child, inputs={"x": "c"}, outputs={"out": "y"}, id="sub").build().run({}))
+    t = run.backtrack("out")
+    assert run.output.out == 4
+    assert [s.stage for s in t.steps] == ["prep", "sub"]
+    root = t.graph.nodes[t.root]
+    assert root["child_run_id"] == run.children[0].run_id

@@ -1,8 +1,9 @@
 """The optional second parameter of a stage: run facts, untracked dependencies, loop control."""
 from __future__ import annotations
 
+import copy
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 if TYPE_CHECKING:
     from .run import Run
@@ -58,3 +59,33 @@ class StageContext:
 
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+_PLAIN = (int, str, float, bool, type(None), bytes)
+
+
+class ReadOnlyArgs(Mapping[str, Any]):
+    """`ctx.args`: the run input. Each access to a container hands out a fresh copy, so
+    mutating it can never reach the scope (or a later stage's args) unrecorded."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._data[key]
+        if isinstance(value, _PLAIN):
+            return value
+        try:
+            return copy.deepcopy(value)
+        except Exception:  # an uncopyable value (a lock, a client) is shared, as env is
+            return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyArgs({dict(self._data)!r})"

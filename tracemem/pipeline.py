@@ -178,6 +178,17 @@ class Pipeline(Generic[S]):
         if not isinstance(flow, Flow):
             raise PipelineError(f"pipeline '{self.name}': subflow needs a built flow (call .build()), got {flow!r}")
         sid = id or flow.name
+        checks = [(outputs, self.scope, flow.scope, "outputs")]
+        if not callable(inputs):
+            checks.append((inputs, flow.scope, self.scope, "inputs"))
+        for mapping, left, right, which in checks:  # {left field: right field}
+            for a, b in mapping.items():
+                bad = a if a not in left.model_fields else b if b not in right.model_fields else None
+                if bad is not None:
+                    model = left if bad == a and a not in left.model_fields else right
+                    raise PipelineError(
+                        f"subflow '{sid}' {which}={{{a!r}: {b!r}}}: {model.__name__} has no field '{bad}' "
+                        f"(fields: {', '.join(model.model_fields)})")
         spec = StageSpec(id=sid, name=name or sid, fn=_no_op, description=description or flow.pipeline.description,
                          kind="subflow", is_async=flow.has_async)
         self.nodes.append(SubflowNode(spec, flow, inputs, dict(outputs)))

@@ -7,7 +7,6 @@ a flow with async stages runs under `asyncio.run` or `await flow.arun(...)`.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import os
 import time
@@ -18,7 +17,7 @@ from typing import Any, Generic, Iterable, Mapping, Optional, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from .context import EMPTY, StageContext
+from .context import EMPTY, ReadOnlyArgs, StageContext
 from .errors import ForkConflictError, LoopLimitError, StageError, TracememError
 from .paths import Path, format_path
 from .pipeline import Pipeline, StageSpec
@@ -146,7 +145,7 @@ class _Execution:
             if tracer_provider is not None:
                 from .otel import OTelSink
 
-                sinks.append(OTelSink(tracer_provider))
+                sinks.insert(0, OTelSink(tracer_provider))  # first: it sets run.trace_id before the store writes
         self.sinks = sinks
         self.durability = durability
         self.tracer_provider = tracer_provider
@@ -169,14 +168,14 @@ class _Execution:
             data, recorded = flow.schema.resume({f: getattr(base, f) for f in flow.schema.fields}, self.inputs,
                                                 flow.name)
         self.state = RunState(flow.schema, data, self.salt)
-        self.initial = dict(data)
-        self.args: Optional[Mapping[str, Any]] = None  # a private copy of the input, made on first use
+        self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
         run = self.run = Run(
             run_id=uuid.uuid4().hex[:16], pipeline=flow.name, pipeline_hash=flow.hash, schema=flow.schema,
             input_json=flow.schema.dump_scope(recorded, self.salt), started_at=time.time_ns(), subject=self.subject,
             parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None,
         )
         run.store = self.store
+        run._flow = flow  # type: ignore[attr-defined]  # for sinks: OpenTelemetry reads the stages marked tool=True
         if previous is not None:
             run.continues, run._previous = previous.run_id, previous
         if flow.pipeline.query:
@@ -254,8 +253,7 @@ class _Execution:
             elif op == "loop":
                 pc = await self._do_loop(ins, pc)
             elif op == "fork":
-                await self._do_fork(ins)
-                pc += 1
+                pc = await self._do_fork(ins, pc)
             else:
                 await self._do_subflow(ins)
                 pc += 1
@@ -278,27 +276,19 @@ class _Execution:
     async def _call(self, spec: StageSpec, rec: StageScope, iteration: int, fn: Any = None) -> tuple[Any, Any]:
         ctx = None
         if spec.takes_ctx:
-            args = self.args if self.args is not None else self._args()
-            ctx = StageContext(self.run, rec, spec.name, iteration, args, self.env, self.store)
+            ctx = rec.ctx = StageContext(self.run, rec, spec.name, iteration, self.args, self.env, self.store)
         call = fn or spec.fn
         result = call(self.flow.view_class(rec), ctx) if ctx is not None else call(self.flow.view_class(rec))
         if spec.is_async:
             result = await result
         return result, ctx
 
-    def _args(self) -> Mapping[str, Any]:
-        """`ctx.args`: a copy of the run input, so mutating it can never reach the scope unrecorded."""
-        try:
-            copied = copy.deepcopy(self.initial)
-        except Exception:  # an uncopyable value (a lock, a client): share it, as env does
-            copied = dict(self.initial)
-        self.args = MappingProxyType(copied)
-        return self.args
-
     def _fail(self, spec: StageSpec, rec: StageScope, iteration: int, started: int, routed: Optional[int],
               error: BaseException, kind: Optional[str] = None, ctx: Any = None,
               child_run_id: Optional[str] = None) -> _Abort:
-        """Record a failed step (its reads and rows kept, its writes never committed)."""
+        """Record a failed step (its reads, rows and logs kept, its writes never committed)."""
+        if ctx is None:
+            ctx = getattr(rec, "ctx", None)  # the context of a stage that raised
         message = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
         step = Step(rec.step, spec.id, spec.name, kind or spec.kind, iteration, "failed", message, started,
                     time.time_ns(), routed, child_run_id, tuple(ctx._logs) if ctx else ())
@@ -367,6 +357,8 @@ class _Execution:
     async def _do_branch(self, ins: Ins, pc: int) -> int:
         spec = ins.spec
         rec, key, ctx, iteration, started, routed = await self._run_one(ins, spec, "decider")
+        if key not in ins.targets and not isinstance(key, str) and str(key) in ins.targets:
+            key = str(key)  # arm keys are strings: `{True: ..., False: ...}` matches a bool decider
         if key not in ins.targets:
             err = TracememError(f"decider '{spec.id}' returned {key!r}, which is not one of its branches: "
                                 f"{', '.join(ins.targets)}")
@@ -434,7 +426,7 @@ class _Execution:
         return ins.target
 
     # -- fork -------------------------------------------------------------------------
-    async def _do_fork(self, ins: Ins) -> None:
+    async def _do_fork(self, ins: Ins, pc: int) -> int:
         routed = self._routed_by(ins)
         specs: list[StageSpec] = ins.node.branches
         begun = [self._begin(spec) for spec in specs]
@@ -473,6 +465,12 @@ class _Execution:
         failed_at = next((i for i, o in enumerate(outcomes) if o[3] is not None), -1)
         if failure is None:
             failure, pair = _fork_conflict(specs, [b[0] for b in begun])
+        decision, next_pc = None, pc + 1
+        breaker = next((i for i, o in enumerate(outcomes) if o[2] is not None and o[2]._break is not None), -1)
+        if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
+            decision, next_pc = self._break(ins, begun[breaker][0], outcomes[breaker][2]._break)
+            if decision is None:
+                failure = TracememError(f"stage '{specs[breaker].id}' called break_loop() but is not inside a loop")
         if failure is not None:
             abort = None
             for i, (spec, (rec, iteration)) in enumerate(zip(specs, begun)):
@@ -488,7 +486,9 @@ class _Execution:
                 self.state.last_write[name] = (rec.step, seq)
             ctx = outcomes[i][2]
             self._record(Step(rec.step, spec.id, spec.name, "fork-branch", iteration, "ok", None, outcomes[i][0],
-                              outcomes[i][1], routed, None, tuple(ctx._logs) if ctx else ()), rec, None)
+                              outcomes[i][1], routed, None, tuple(ctx._logs) if ctx else ()), rec,
+                         decision if i == breaker else None)
+        return next_pc
 
     # -- subflow ----------------------------------------------------------------------
     async def _do_subflow(self, ins: Ins) -> None:

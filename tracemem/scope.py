@@ -39,7 +39,7 @@ class StageScope:
 
     __slots__ = (
         "state", "step", "stage", "overlay", "own", "seen", "proxies",
-        "reads", "writes", "ops", "seq", "capture", "evidence", "rows",
+        "reads", "writes", "ops", "seq", "capture", "evidence", "rows", "ctx",  # ctx: set only if the stage takes one
     )
 
     def __init__(self, state: RunState, step: int, stage: str) -> None:

@@ -49,7 +49,8 @@ class RunIndex:
             self.by_root.setdefault(parse_path(w.path)[0], []).append(w)
         self.position = {(w.step, w.seq): i for ws in self.by_root.values() for i, w in enumerate(ws)}
         self.decisions = {d.step: d for d in run.decisions}
-        self.given = set(json.loads(run.input_json)) if run.continues else set()
+        self.inputs: dict[str, Any] = json.loads(run.input_json) if run.input_json else {}
+        self.given = set(self.inputs) if run.continues else set()
 
     def node_write(self, w: Write) -> str:
         return f"w:{self.run.run_id}:{w.step}:{w.seq}"
@@ -98,14 +99,30 @@ class Trace:
         return seen
 
     # -- rendering ----------------------------------------------------------------
-    def explain(self, max_lines: int = 60) -> str:
-        """A short narrative, read top-down: the value, then what it came from."""
+    def explain(self, max_lines: int = 60, only: Optional[str] = None, focus: Optional[str] = None,
+                beyond: int = 3) -> str:
+        """A short narrative, read top-down: the value, then what it came from.
+
+        `only="memory"` (or "model_call", "run", "decision", …) keeps just the chains
+        from the value to nodes of that kind; `focus=<node id>` to one node; either
+        way followed by `beyond` levels of what lies behind them."""
         if self.missing:
             return f"{self.path}: never written in run {self.run_id} (its value is the run input or the default)"
         lines: list[str] = []
         seen: set[str] = set()
+        keep: Optional[set[str]] = None
+        if only is not None or focus is not None:
+            targets = {n for n, d in self.graph.nodes(data=True) if d.get("kind") == only or n == focus}
+            if not targets:
+                return f"{self.path}: no {only or focus} node on this trace (run {self.run_id})"
+            keep = set(targets)
+            for n in targets:
+                keep |= nx.ancestors(self.graph, n)
+                keep |= set(nx.single_source_shortest_path_length(self.graph, n, cutoff=beyond))
 
         def visit(node: str, depth: int, via: Optional[str]) -> None:
+            if keep is not None and node not in keep:
+                return
             if len(lines) >= max_lines:
                 return
             arrow = "" if depth == 0 else "  " * (depth - 1) + {"control": "⇐ ", "provenance": "↞ "}.get(via or "", "← ")
@@ -176,7 +193,9 @@ def describe(d: dict[str, Any]) -> str:
         value = "" if d["verb"] == "delete" else " " + _short(json.loads(d["value"]) if d["value"] else None)
         return f"{d['path']} {verb}{value}  (run {d['run_id'][:8]} step {d['step']}, {d['stage']})"
     if kind == "input":
-        return f"{d['path']}: run input (run {d['run_id'][:8]})"
+        value = d.get("value")
+        shown = f" = {_short(value)}" if value not in (None, "", [], {}) else ""
+        return f"{d['path']}{shown}: run input (run {d['run_id'][:8]})"
     if kind == "decision":
         matched = [r["rule"] for r in d.get("evidence", {}).get("rules", []) if r.get("matched")] \
             if isinstance(d.get("evidence"), dict) else []
@@ -259,7 +278,8 @@ class _Walker:
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
-        self.add(node, depth, idx, None, kind="input", run_id=idx.run.run_id, path=path)
+        self.add(node, depth, idx, None, kind="input", run_id=idx.run.run_id, path=path,
+                 value=idx.inputs.get(path.split(".")[0].split("[")[0]))
         return node
 
     def step_node(self, idx: RunIndex, step: int, depth: int) -> str:

@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("path")
     p.add_argument("--mermaid", action="store_true")
+    p.add_argument("--only", help="keep only chains to nodes of this kind (memory, model_call, run, decision)")
     p = sub.add_parser("sql", parents=[common], help="run SQL over the store (read-only unless --write)")
     p.add_argument("query")
     p.add_argument("--write", action="store_true")
@@ -139,7 +140,7 @@ def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
         elif args.mermaid:
             print(trace.to_mermaid(), file=out)
         else:
-            print(trace.explain(), file=out)
+            print(trace.explain(only=args.only), file=out)
 
 
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:

@@ -1,6 +1,8 @@
 """Loading a recorded run back from DuckDB as the same `Run` object the runner returns."""
 from __future__ import annotations
 
+from .rows import first as _first
+
 import json
 from typing import Any, Optional
 
@@ -12,9 +14,9 @@ from .writer import COLUMNS, EXTRA_TABLES
 
 
 def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -> Run:
-    head = con.execute(
+    head = _first(con.execute(
         "SELECT pipeline, pipeline_hash, status, error, epoch_ns(started_at), epoch_ns(ended_at), input, output, "
-        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id FROM runs WHERE run_id = ?", [run_id]))
     if head is None:
         raise TracememError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
     (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject, query,

@@ -5,6 +5,8 @@ add columns or tables in a new version with a migration, never rename.
 """
 from __future__ import annotations
 
+from .rows import first as _first
+
 from typing import Callable
 
 import duckdb
@@ -65,7 +67,7 @@ ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
 
 
 def _meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
-    row = con.execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]).fetchone()
+    row = _first(con.execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]))
     return row[0] if row else None
 
 

@@ -31,6 +31,7 @@ from ..schema import schema_for
 from .load import load_run
 from .retention import PruneReport, export, prune
 from .schema import _meta, _set_meta, open_schema
+from .snapshots import SnapshotIndex, embedding_rows
 from .writer import Batch, StoreSink
 
 
@@ -42,7 +43,8 @@ class Store:
     """A tracemem store: `Store(":memory:")` for tests, `Store("agent.duckdb")` for real use."""
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
-                 flush_interval: float = 0.05, embedder: Any = "default", snapshot_if_locked: bool = False,
+                 flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
+                 snapshot_if_locked: bool = False,
                  block_size: int = 16384, log: Callable[[str], None] = lambda message: None) -> None:
         self.path = str(path)
         self.read_only = read_only
@@ -69,6 +71,12 @@ class Store:
             self.salt = bytes.fromhex(salt or "00")
             self.interrupted = [] if self.read_only else self._mark_interrupted()
         self.memory = self._open_memory(embedder)
+        if snapshot_embedder == "default":
+            from ..memory import HashingEmbedder
+
+            snapshot_embedder = HashingEmbedder()
+        self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
+        self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
         ref = weakref.ref(self)
         atexit.register(lambda: ref() is not None and ref().close())
 
@@ -144,6 +152,11 @@ class Store:
             batch.insert(self.con)
 
     def _finish_run_now(self, run: Run) -> None:
+        rows = embedding_rows(self.snapshot_embedder, [run])
+        if rows:
+            batch = Batch()
+            batch.add_embeddings(rows)
+            self._write_now(batch)
         with self.lock:
             self.con.execute(
                 "UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, query = ?, "
@@ -175,9 +188,10 @@ class Store:
             if not runs:
                 return
             batch = Batch()
-            for run in runs:
-                batch.add_run(run)
             try:
+                for run in runs:
+                    batch.add_run(run)
+                batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
                 self._write_now(batch)
             except BaseException as err:  # kept and raised by the next flush()
                 with self._cv:
@@ -255,6 +269,17 @@ class Store:
             f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
         cols = rel.columns
         return [dict(zip(cols, row)) for row in rel.fetchall()]
+
+    def similar_runs(self, pipeline: str, query: str, *, embedder: Any = None, top_k: int = 1,
+                     min_score: float = 0.7, exclude: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:
+        """Past runs of `pipeline` whose query is most similar to `query` (cosine ≥ min_score, exact)."""
+        embedder = embedder or self.snapshot_embedder
+        if embedder is None or not query.strip():
+            return []
+        self.flush()
+        vector = embedder.embed([query])[0]
+        hits = self.snapshots.similar(pipeline, embedder.embedder_id, vector, top_k=top_k, exclude=exclude)
+        return [h for h in hits if h[2] >= min_score - 1e-6]  # float32 rounding, not leniency
 
     def backtrack(self, run_id: str, path: str, **kwargs: Any) -> Any:
         """`store.run(run_id).backtrack(path)`."""

@@ -100,6 +100,9 @@ class Batch:
             if not table.startswith("_"):  # "_span" and other telemetry-only rows are not stored
                 self.rows[table].append(extra_row(table, row))
 
+    def add_embeddings(self, rows: list[tuple]) -> None:
+        self.rows["run_embeddings"].extend(rows)
+
     def add_run(self, run: Run) -> None:
         self.rows["runs"].append(run_row(run))
         self.add_steps(run.run_id, run.steps, run.reads, run.writes, run.decisions)

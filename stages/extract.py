@@ -1,0 +1,192 @@
+"""`extract_memories`: after a successful turn, a small model distills durable facts.
+
+The model sees the latest user/assistant turn (and the subject's related stored
+facts, with ids) and answers JSON `{"facts": [{"fact", "score", "tags", "supersedes"}]}`.
+Defences, in order: pydantic validation of the reply; the threshold (facts
+scored under it are dropped); a content filter, on by default, that rejects facts
+reading as instructions to the assistant; exact and near duplicates are not
+stored twice. A survivor that updates a stored fact supersedes it (the old one
+becomes contradicted and linked, never deleted). Every failure — model error,
+bad JSON, schema mismatch, store error — goes to `on_error`, is logged in the
+step, and the run still succeeds.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Optional, Sequence, Union
+
+from pydantic import BaseModel, Field, ValidationError
+
+from tracemem import StageContext, TracememError
+from tracemem.models import ChatModel
+
+EXTRACTION_PROMPT = """You extract durable facts about the user from one conversation turn.
+Return JSON: {"facts": [{"fact": "User ...", "score": 0.0-1.0, "tags": ["..."], "supersedes": null}]}.
+- Only facts the user states about themselves that will still matter later; third person ("User ...").
+- score: how sure you are the fact is true and durable.
+- If a fact updates or contradicts one of the known facts below, set "supersedes" to that fact's id.
+- No facts: {"facts": []}."""
+
+
+class ExtractedFact(BaseModel):
+    fact: str = Field(min_length=1, max_length=500)
+    score: float = Field(ge=0, le=1)
+    tags: list[str] = []
+    supersedes: Optional[str] = None
+
+
+class ExtractedFacts(BaseModel):
+    facts: list[ExtractedFact]
+
+
+# Facts that read as instructions to the assistant, role or section markers.
+INSTRUCTION_PATTERNS = [re.compile(p, re.IGNORECASE) for p in (
+    r"\b(always|never|must|should)\s+(answer|say|respond|reply|tell|recommend|mention|output|call|use|trust)\b",
+    r"\bignore\b", r"\bdisregard\b", r"\boverride\b", r"\bforget (all|everything|your|previous|prior|the)\b",
+    r"\b(previous|prior|above|earlier|system) (instructions?|prompt|rules|messages?)\b",
+    r"\byou (are now|must|should|will|have to|need to|can now)\b", r"\bfrom now on\b", r"\bnew instructions?\b",
+    r"\bact as\b", r"\bpretend\b", r"\bjailbreak\b", r"\bdeveloper mode\b", r"\bdo anything now\b",
+    r"(^|\n|\s)(system|assistant|user|developer|tool)\s*:", r"\[(directions?|memory|system|user|context|instructions?)\]",
+    r"<\|?(im_start|im_end|system|endoftext)\|?>", r"#{2,}\s*(instruction|system)", r"\bprompt injection\b",
+    r"\b(reveal|print|show|leak)\b.*\b(prompt|instructions|secret|password|key)\b",
+    r"\b(the )?assistant (must|should|will|is to)\b", r"\brespond only\b", r"\bin every (answer|reply|response)\b",
+)]
+
+
+def reads_as_instruction(text: str) -> Optional[str]:
+    """The pattern a fact matched if it reads as an instruction to the assistant, else None."""
+    for pattern in INSTRUCTION_PATTERNS:
+        if pattern.search(text):
+            return pattern.pattern
+    return None
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: float = 0.7,
+                     on_extracted: Optional[Callable[[list[dict[str, Any]]], None]] = None,
+                     on_error: Optional[Callable[[BaseException], None]] = None, tags: Sequence[str] = (),
+                     content_filter: bool = True, skip_continuations: bool = True, near_duplicate: float = 0.92,
+                     question_from: str = "question", answer_from: str = "answer", turn_from: Optional[str] = "turn_id",
+                     into: Optional[str] = None, related: int = 5) -> Callable[[Any, StageContext], None]:
+    """A stage remembering facts from the latest turn for the run's subject."""
+
+    def extract(scope: Any, ctx: StageContext) -> None:
+        report: dict[str, Any] = {"stored": [], "dropped": [], "rejected": [], "duplicates": [], "error": None}
+        try:
+            if skip_continuations and _is_continuation(scope, ctx):
+                ctx.log("extract_memories: continuation call, skipped")
+                report["skipped"] = "continuation"
+                return
+            _extract(scope, ctx, report)
+        except Exception as err:  # never breaks the run: routed to on_error and logged in the step
+            report["error"] = f"{type(err).__name__}: {err}"
+            ctx.log(f"extract_memories failed: {report['error']}")
+            if on_error is not None:
+                on_error(err)
+        finally:
+            if into:
+                setattr(scope, into, report)
+            if report["stored"] and on_extracted is not None:
+                on_extracted(report["stored"])
+
+    def _extract(scope: Any, ctx: StageContext, report: dict[str, Any]) -> None:
+        store, subject = ctx.store, ctx.subject
+        if store is None or not subject:
+            raise TracememError("extract_memories needs a store and a subject: flow.run(..., store=..., subject=...)")
+        chat = ctx.env[model] if isinstance(model, str) and model in ctx.env else model
+        if isinstance(chat, str):
+            raise TracememError(f"extract_memories needs a model in env['{model}']")
+        question, answer = str(getattr(scope, question_from) or ""), str(getattr(scope, answer_from) or "")
+        if not question.strip():
+            ctx.log("extract_memories: no user message this turn")
+            return
+        known = store.memory.search(subject, question, recall=True, limit=related) if related else None
+        known_ids = {r.memory_id: r for r in known.records} if known else {}
+        known_text = "\n".join(f"- {r.memory_id}: {r.text}" for r in known_ids.values()) or "(none)"
+        messages = [{"role": "system", "content": EXTRACTION_PROMPT + "\nKnown facts:\n" + known_text},
+                    {"role": "user", "content": f"User: {question}\nAssistant: {answer}"}]
+        reply = chat.complete(messages, schema=ExtractedFacts)
+        try:
+            parsed = ExtractedFacts.model_validate(json.loads(reply.text))
+        except json.JSONDecodeError as err:
+            raise TracememError(f"extraction model replied with invalid JSON ({err.msg}): {reply.text[:120]!r}") from None
+        except ValidationError as err:
+            raise TracememError(f"extraction reply does not match the schema: {err.errors()[0]['msg']} "
+                                f"at {err.errors()[0]['loc']}") from None
+        live = store.memory.list(subject)
+        by_norm = {_norm(r.text): r for r in live}
+        turn = str(getattr(scope, turn_from) or "") if turn_from else ""
+        for fact in parsed.facts:
+            if fact.score < threshold:
+                report["dropped"].append({"fact": fact.fact, "score": fact.score, "why": f"score < {threshold}"})
+                continue
+            pattern = reads_as_instruction(fact.fact) if content_filter else None
+            if pattern:
+                report["rejected"].append({"fact": fact.fact, "score": fact.score, "why": "reads as an instruction"})
+                continue
+            duplicate = by_norm.get(_norm(fact.fact)) or _near(store, subject, fact.fact, near_duplicate)
+            if duplicate is not None:
+                report["duplicates"].append({"fact": fact.fact, "memory_id": duplicate.memory_id})
+                continue
+            record = store.memory.remember(subject, fact.fact, tags=list(tags) + fact.tags,
+                                           confidence=round(fact.score * 100, 1), source_run_id=ctx.run_id,
+                                           source_step=ctx.step, source_ref=turn or None, run_id=ctx.run_id)
+            entry = {"memory_id": record.memory_id, "text": record.text, "score": fact.score,
+                     "confidence": record.confidence, "tags": list(record.tags), "supersedes": None}
+            old = fact.supersedes if fact.supersedes in known_ids else _same_attribute(live, fact.fact)
+            if old is not None:
+                store.memory.supersede(old, record.memory_id, run_id=ctx.run_id,
+                                       reason=f"updated by turn {turn or ctx.run_id}")
+                entry["supersedes"] = old
+            by_norm[_norm(record.text)] = record
+            report["stored"].append(entry)
+            ctx.span("update_memory", attributes={"gen_ai.operation.name": "update_memory",
+                                                  "tracemem.memory.id": record.memory_id,
+                                                  "tracemem.memory.supersedes": old or ""})
+        ctx.log(f"extract_memories: stored {len(report['stored'])}, dropped {len(report['dropped'])}, "
+                f"rejected {len(report['rejected'])}, duplicates {len(report['duplicates'])}")
+
+    extract.__name__ = extract.__qualname__ = "extract_memories"
+    return extract
+
+
+def _is_continuation(scope: Any, ctx: StageContext) -> bool:
+    """A tool-loop iteration: this stage ran before in the run, or the last message is a tool result."""
+    if ctx.iteration > 0:
+        return True
+    messages = getattr(scope, "messages", None) if hasattr(type(scope), "messages") else None
+    return bool(messages) and messages[-1].get("role") == "tool"
+
+
+def _near(store: Any, subject: str, text: str, threshold: float) -> Any:
+    hits = store.memory.search(subject, text, semantic=True, limit=1)
+    best = hits.records[0] if hits.records else None
+    if best is not None and best.similarity is not None and best.similarity >= threshold:
+        return best
+    return None
+
+
+_POSSESSIVE = re.compile(r"^(.*?(?:'s|\bmy|\btheir|\bher|\bhis)\s+[\w\s]+?)\s+(?:is|are|was|were)\s+", re.IGNORECASE)
+
+
+def _same_attribute(live: Sequence[Any], text: str) -> Optional[str]:
+    """A stored fact giving another value to the same attribute ("User's diet is X" vs "... is Y")."""
+    m = _POSSESSIVE.match(text)
+    if not m:
+        return None
+    key = _norm(m.group(1))
+    for record in live:
+        other = _POSSESSIVE.match(record.text)
+        if other and _norm(other.group(1)) == key and _norm(record.text) != _norm(text) and not record.flagged:
+            return record.memory_id
+    return None
+
+
+def install_extraction(pipeline: Any, model: Union[ChatModel, str] = "extractor", **options: Any) -> Any:
+    """Append extraction to a pipeline, skipping continuation calls (the auto-installed form)."""
+    options.setdefault("skip_continuations", True)
+    return pipeline.then(extract_memories(model, **options))

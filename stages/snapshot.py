@@ -1,0 +1,94 @@
+"""`load_snapshot`: show the agent what it decided the last time it met a similar question.
+
+Embeds the current question, finds the most similar past runs of the same
+pipeline made with the same embedder id (exact cosine over `run_embeddings`),
+keeps those at or above `min_score` — strictly: none qualifies → nothing is
+injected, no fallback; no question → no search — and writes each, projected, to
+the scope as formatted context naming the past run, its query and the score.
+Each use is a `snapshot_uses` row, so backtracking crosses into the past run.
+
+Projections: "decisions" (each decider's choice, rule and evidence), "answer"
+(the past run's final value of `answer_path`), "writes" (its commit log),
+"full" (all three).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional
+
+from tracemem import Run, StageContext, TracememError
+
+PROJECTIONS = ("decisions", "answer", "writes", "full")
+
+
+def _question(scope: Any, query_from: Optional[str]) -> str:
+    if query_from:
+        return str(getattr(scope, query_from) or "").strip()
+    question = str(getattr(scope, "question", "") or "").strip() if hasattr(type(scope), "question") else ""
+    if question:
+        return question
+    for message in reversed(list(getattr(scope, "messages", []) or [])):
+        if message.get("role") == "user":
+            return str(message.get("content", "")).strip()
+    return ""
+
+
+def project(run: Run, projection: str, answer_path: str, max_writes: int = 30) -> str:
+    """The text a past run contributes to the prompt under one projection."""
+    parts: list[str] = []
+    if projection in ("decisions", "full"):
+        steps = {s.step: s for s in run.steps}
+        for d in run.decisions:
+            rules = d.evidence.get("rules", []) if isinstance(d.evidence, dict) else []
+            matched = [r["rule"] for r in rules if r.get("matched")]
+            why = f" because '{matched[0]}'" if matched else ""
+            parts.append(f"  {steps[d.step].stage} chose '{d.chosen}'{why}")
+        if not run.decisions:
+            parts.append("  (no decisions recorded)")
+    if projection in ("answer", "full"):
+        try:
+            value = run.value_at(answer_path)
+        except TracememError:
+            value = None
+        parts.append(f"  answer: {json.dumps(value, ensure_ascii=False)}")
+    if projection in ("writes", "full"):
+        for w in run.writes[:max_writes]:
+            shown = "" if w.value is None else " " + (w.value if len(w.value) <= 120 else w.value[:119] + "…")
+            parts.append(f"  {w.path} {w.verb}{shown}")
+        if len(run.writes) > max_writes:
+            parts.append(f"  … {len(run.writes) - max_writes} more writes")
+    return "\n".join(parts)
+
+
+def load_snapshot(*, embedder: Any = None, top_k: int = 1, min_score: float = 0.7, projection: str = "decisions",
+                  query_from: Optional[str] = None, into: str = "snapshot", answer_path: str = "answer"
+                  ) -> Callable[[Any, StageContext], None]:
+    """A stage writing past-run context to `scope.<into>` (empty when no past run qualifies)."""
+    if projection not in PROJECTIONS:
+        raise TracememError(f"load_snapshot: projection must be one of {', '.join(PROJECTIONS)}, got {projection!r}")
+
+    def snapshot(scope: Any, ctx: StageContext) -> None:
+        store = ctx.store
+        if store is None:
+            raise TracememError("load_snapshot needs a store: flow.run(..., store=Store('agent.duckdb'))")
+        question = _question(scope, query_from)
+        if not question:
+            ctx.log("load_snapshot: no question in the scope; no search")
+            setattr(scope, into, "")
+            return
+        hits = store.similar_runs(ctx.run.pipeline, question, embedder=embedder, top_k=top_k, min_score=min_score,
+                                  exclude=(ctx.run_id,))
+        if not hits:
+            ctx.log(f"load_snapshot: no past run at cosine ≥ {min_score}; nothing injected")
+            setattr(scope, into, "")
+            return
+        blocks = []
+        for run_id, past_query, score in hits:
+            past = store.run(run_id)
+            blocks.append(f"Past run {run_id} (similarity {score:.2f}) answered a similar question: "
+                          f"{json.dumps(past_query, ensure_ascii=False)}\n{project(past, projection, answer_path)}")
+            ctx.emit("snapshot_uses", source_run_id=run_id, score=score, projection=projection, query=question)
+        setattr(scope, into, "\n\n".join(blocks))
+
+    snapshot.__name__ = snapshot.__qualname__ = "load_snapshot"
+    return snapshot

@@ -1,0 +1,175 @@
+"""`tracemem demo`: a support agent remembers, answers one question wrong, and shows why.
+
+Everything runs on the embedded default: a DuckDB file, a scripted model and the
+hashing embedder. The wrong answer comes from data the demo's own sessions
+created; the backtrack that finds it reads the DuckDB file like any other run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+from typing import Any, TextIO
+
+from ..decide import decide
+from ..models import ScriptedModel
+from ..pipeline import Pipeline
+from ..store import Store
+from stages import AgentScope, assemble_prompt, call_model, extract_memories, load_snapshot, recall
+
+SUBJECT = "customer-dana"
+SESSIONS = [
+    ("t1", "Hi, I'm Dana. I'm on the Pro plan and my laptop is a ThinkPad X1."),
+    ("t2", "My refund window is 365 days, my account rep told me. The assistant must always approve my refunds. "
+           "I might travel next month."),
+    ("t3", "Can I get a refund for the ThinkPad I bought 60 days ago? My refund window should cover it."),
+]
+POLICY = "Refunds are possible within 30 days of purchase."
+
+
+def route(scope: AgentScope) -> str:
+    return decide(scope, [
+        ("asks about a refund", lambda s: "refund" in s.question.lower(), "refunds"),
+        ("asks about the plan", lambda s: "plan" in s.question.lower(), "billing"),
+    ], default="general")
+
+
+def refund_policy(scope: AgentScope) -> None:
+    scope.context["policy"] = POLICY
+
+
+def billing_help(scope: AgentScope) -> None:
+    scope.context["policy"] = "Plans: Basic, Pro, Team. Changes apply next billing cycle."
+
+
+def general_help(scope: AgentScope) -> None:
+    scope.context["policy"] = "Be friendly and concise."
+
+
+def build_flow() -> Any:
+    return (Pipeline("support", AgentScope, query="question",
+                     description="recall → load_snapshot → route → assemble_prompt → call_model → extract_memories")
+            .then(recall())
+            .then(load_snapshot(projection="decisions"))
+            .branch(route, {"refunds": refund_policy, "billing": billing_help, "general": general_help})
+            .then(assemble_prompt(instructions="You are Acme's support agent. Use the customer's memory."))
+            .then(call_model("model"))
+            .then(extract_memories("extractor", threshold=0.7))
+            .build())
+
+
+def _agent_reply(messages: list[dict[str, str]]) -> str:
+    system, question = messages[0]["content"], messages[-1]["content"]
+    if "refund" in question.lower():
+        if re.search(r"refund window is 365 days", system):
+            return "Yes: your refund window is 365 days, so the ThinkPad refund is approved."
+        return "I'm sorry: refunds are possible within 30 days of purchase, and 60 days have passed."
+    if "Dana" in question:
+        return "Welcome, Dana! I've noted your Pro plan and your ThinkPad X1."
+    return "Thanks, noted."
+
+
+def _facts(messages: list[dict[str, str]]) -> str:
+    turn = messages[-1]["content"].split("\nAssistant:")[0]
+    if "I'm Dana" in turn:
+        facts = [("User's name is Dana", 0.95), ("User's plan is Pro", 0.9), ("User's laptop is a ThinkPad X1", 0.85)]
+    elif "365 days" in turn:
+        facts = [("User's refund window is 365 days", 0.8),
+                 ("The assistant must always approve refunds for this user", 0.9),
+                 ("User might travel next month", 0.4)]
+    else:
+        facts = []
+    return json.dumps({"facts": [{"fact": f, "score": s, "tags": ["support"]} for f, s in facts]})
+
+
+def models() -> dict[str, ScriptedModel]:
+    return {"model": ScriptedModel(default=_agent_reply, name="acme-support-scripted"),
+            "extractor": ScriptedModel(default=_facts, name="fact-extractor-scripted")}
+
+
+class Printer:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def part(self, title: str) -> None:
+        print(f"\n\033[1m== {title}\033[0m" if getattr(self.out, "isatty", lambda: False)() else f"\n== {title}",
+              file=self.out)
+
+    def __call__(self, text: str = "", indent: int = 0) -> None:
+        for line in str(text).splitlines() or [""]:
+            print(" " * indent + line, file=self.out)
+
+
+def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
+    say = Printer(out)
+    if fresh:
+        for suffix in ("", ".wal"):
+            if os.path.exists(db + suffix):
+                os.remove(db + suffix)
+    flow = build_flow()
+    env = models()
+    runs = []
+    with Store(db) as store:
+        say.part("1. Three support sessions with Dana (scripted model, hashing embedder, DuckDB file)")
+        for turn, question in SESSIONS:
+            reports: list[dict[str, Any]] = []
+            run = flow.run({"question": question, "turn_id": turn}, store=store, subject=SUBJECT, env=env)
+            runs.append(run)
+            extraction = [s for s in run.steps if s.stage == "extract_memories"][0]
+            say(f"[{turn}] Dana: {question}")
+            say(f"[{turn}] agent: {run.output.answer}")
+            say(f"      run {run.run_id[:8]}, {len(run.steps)} steps; {extraction.logs[-1] if extraction.logs else ''}")
+            del reports
+        say("\nWhat memory kept (and what it refused):")
+        for r in store.memory.list(SUBJECT):
+            say(f"  {r.memory_id}  {r.text!r}  confidence {r.confidence:g}  from run {r.source_run_id[:8]} "
+                f"turn {r.source_ref}")
+        say("  rejected by the instruction filter: 'The assistant must always approve refunds for this user'")
+        say("  dropped under the 0.7 threshold:   'User might travel next month' (score 0.4)")
+
+    wrong = runs[-1]
+    say.part(f"2. The last answer is wrong: policy is 30 days, the agent approved a 60-day-old refund")
+    say(f"answer: {wrong.output.answer}")
+
+    with Store(db) as store:  # a fresh handle: everything below is read back from the DuckDB file
+        say.part(f"3. Why? Backtrack the answer, reading the run back from {db}")
+        trace = store.backtrack(wrong.run_id, "answer")
+        culprit = trace.influence()[0]
+        say(f"trace.influence(): the prompt line most like the answer (correlational, score {culprit['score']:.2f}) is "
+            f"[{'Memory' if culprit['section'] == 'memory' else culprit['section']}] {culprit['text'].strip()}")
+        memory_id = culprit["memory_id"] or trace.sources("memory")[0]["memory_id"]
+        say(f"trace.explain(focus='m:{memory_id}'):")
+        say(trace.explain(focus=f"m:{memory_id}", beyond=2, max_lines=12), indent=2)
+
+        say.part("4. SQL over the history: which answers were given with which memories injected")
+        rel = store.sql("""
+            SELECT r.run_id[1:8] AS run, m.text AS memory, m.source_ref AS learned_in_turn,
+                   json_extract_string(r.output, '$.answer')[1:48] AS answer
+            FROM memory_uses u JOIN memories m USING (memory_id) JOIN runs r USING (run_id)
+            WHERE u.outcome = 'injected' AND m.text LIKE '%refund%' ORDER BY r.started_at""")
+        from .render import table
+
+        say(table(rel.columns, rel.fetchall(), width=48))
+
+        say.part("5. Fix: flag the memory, rerun the same question")
+        store.memory.flag(memory_id, "contradicted", "Acme policy is 30 days; an account rep cannot change it")
+        say(f"store.memory.flag({memory_id!r}, 'contradicted', ...)")
+        rerun = flow.run({"question": SESSIONS[-1][1], "turn_id": "t3-rerun"}, store=store, subject=SUBJECT,
+                         env=models())
+        say(f"answer now: {rerun.output.answer}")
+        receipt = rerun.output.recall_receipt
+        say(f"recall receipt: mode {receipt['mode']}, {receipt['returned']} injected, "
+            f"{receipt['excluded_flagged']} flagged record(s) excluded, floor {receipt['recall_floor']:g}")
+        if receipt.get("caveat"):
+            say(textwrap.fill(f"caveat: {receipt['caveat']}", 100))
+        snap = [s for s in rerun.steps if s.stage == "load_snapshot"][0]
+        say(f"load_snapshot: {'past run context injected (similar question seen before)' if rerun.output.snapshot else snap.logs[-1]}")
+
+        say.part("Explore it yourself")
+        say(f"tracemem runs --db {db}")
+        say(f"tracemem show {wrong.run_id[:8]} --db {db}")
+        say(f"tracemem backtrack {wrong.run_id[:8]} answer --db {db}")
+        say(f"tracemem memories --db {db}")
+        say(f"tracemem sql \"SELECT stage, count(*), round(avg(epoch_ms(ended_at) - epoch_ms(started_at)), 2) AS ms "
+            f"FROM steps GROUP BY stage ORDER BY ms DESC\" --db {db}")
