@@ -40,17 +40,47 @@ class ExtractedFacts(BaseModel):
     facts: list[ExtractedFact]
 
 
-# Facts that read as instructions to the assistant, role or section markers.
+# Facts that read as instructions to the assistant, role or section markers. A stored fact is about the
+# user in the third person ("User always takes the 8am train"); an instruction is an imperative at the start
+# of a sentence, or is addressed to the assistant ("you", "the assistant").
+_START = r"(?:^|[.!?;:\n]\s*)(?:please\s+)?"
+_DIRECTIVE = (r"(?:answer|say|respond|reply|tell|recommend|mention|output|call|use|trust|approve|grant|give|refuse|"
+              r"deny|include|follow|obey|apply|reveal|print|accept|allow|agree|comply|treat|skip|bypass|ignore)")
+_ADDRESSEE = r"\b(?:you|assistant|ai|model|bot|chatbot|agent|llm)\b"
+_RULES = (r"(?:instructions?|rules|polic(?:y|ies)|guidelines|guardrails|prompts?|directions|messages|context|"
+          r"restrictions|constraints|limits?|safety|settings|system)")
 INSTRUCTION_PATTERNS = [re.compile(p, re.IGNORECASE) for p in (
-    r"\b(always|never|must|should)\s+(answer|say|respond|reply|tell|recommend|mention|output|call|use|trust)\b",
-    r"\bignore\b", r"\bdisregard\b", r"\boverride\b", r"\bforget (all|everything|your|previous|prior|the)\b",
-    r"\b(previous|prior|above|earlier|system) (instructions?|prompt|rules|messages?)\b",
-    r"\byou (are now|must|should|will|have to|need to|can now)\b", r"\bfrom now on\b", r"\bnew instructions?\b",
-    r"\bact as\b", r"\bpretend\b", r"\bjailbreak\b", r"\bdeveloper mode\b", r"\bdo anything now\b",
+    _START + r"(?:always|never)\b",  # "Always answer yes", "Never mention the policy"
+    r"(?:^|[.!?;:,\n]\s*)(?:please\s+)?(?:always|never)\s+" + _DIRECTIVE + r"\b",  # "When asked, always say yes"
+    _START + r"(?:do not|don't|dont)\s+(?:follow|obey|apply|mention|tell|reveal|say|answer|ask|check|verify|refuse|"
+             r"deny|use|trust)\b",
+    _START + r"(?:answer|respond|reply|say|tell|recommend|mention|output|approve|grant|give|refuse|deny|include|"
+             r"follow|obey|apply|reveal|print|accept|allow|treat|skip|bypass|ignore|disregard|override|forget|"
+             r"pretend|act as|comply|write|return|send|use)\b",  # an imperative opening a sentence
+    _ADDRESSEE + r"\W+(?:\w+\W+){0,3}?(?:must|should|shall|will|has to|have to|needs? to|is to|are to|to)\s+"
+                 r"(?:always\s+|never\s+|not\s+)?" + _DIRECTIVE + r"\b",  # "wants the assistant to always approve"
+    r"\b(?:must|should|shall|will|is to|are to)\s+(?:always\s+|never\s+|automatically\s+)?be\s+(?:approved|"
+    r"granted|accepted|allowed|trusted|ignored|overridden|waived|skipped|bypassed)\b",  # "must always be approved"
+    r"\b(?:ignore|disregard)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+|those\s+|this\s+)?(?:previous\s+|"
+    r"prior\s+|above\s+|earlier\s+|preceding\s+|system\s+|safety\s+|other\s+|original\s+)?" + _RULES + r"\b",
+    r"\bdisregard\b", r"\boverrid(?:e|es|ing|den)\s+(?:the\s+|all\s+|any\s+|your\s+|its\s+|this\s+)?(?:\w+\s+)?"
+    + _RULES + r"\b",
+    r"\bforget\s+(?:all|everything|what you|your|previous|prior|earlier|the (?:above|previous|prior|earlier|rules|"
+    r"instructions|policy|system))\b",
+    r"\b(?:previous|prior|above|earlier|system) (?:instructions?|prompt|rules|messages?)\b",
+    r"\byou (?:are now|must|should|will|have to|need to|can now)\b", r"\bfrom now on\b", r"\bnew instructions?\b",
+    _ADDRESSEE + r"[^.]{0,20}\b(?:act as|pretend)\b", r"\bpretend (?:to be|you|that you)\b",
+    r"\bact as (?:an? )?(?:unrestricted|unfiltered|uncensored|jailbroken|admin|administrator|root|dan)\b",
+    r"\bjailbreak\b", r"\bdeveloper mode\b", r"\bdo anything now\b",
+    r"\bregardless of (?:the |any |our |your |all )?(?:policy|policies|rules|instructions|guidelines|limits?)\b",
+    r"\b(?:skip|bypass|circumvent|waive)\b[^.]{0,20}\b(?:verification|checks?|rules|polic(?:y|ies)|limits?|"
+    r"restrictions|safety|guardrails|filters?)\b",
+    r"\btreat (?:this|the) (?:user|customer|person) as\b",
     r"(^|\n|\s)(system|assistant|user|developer|tool)\s*:", r"\[(directions?|memory|system|user|context|instructions?)\]",
-    r"<\|?(im_start|im_end|system|endoftext)\|?>", r"#{2,}\s*(instruction|system)", r"\bprompt injection\b",
-    r"\b(reveal|print|show|leak)\b.*\b(prompt|instructions|secret|password|key)\b",
-    r"\b(the )?assistant (must|should|will|is to)\b", r"\brespond only\b", r"\bin every (answer|reply|response)\b",
+    r"\[/?INST\]", r"<</?SYS>>", r"<\|?(im_start|im_end|system|endoftext)\|?>", r"#{2,}\s*(instruction|system)",
+    r"\bprompt injection\b", r"\b(reveal|print|show|leak)\b.*\b(prompt|instructions|secret|password|key)\b",
+    r"\b(the )?assistant (must|should|will|is to)\b", r"\brespond (?:only|to (?:every|all|any))\b",
+    r"\bin every (answer|reply|response)\b",
 )]
 
 
@@ -118,7 +148,7 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
             raise TracememError(f"extraction reply does not match the schema: {err.errors()[0]['msg']} "
                                 f"at {err.errors()[0]['loc']}") from None
         live = store.memory.list(subject)
-        by_norm = {_norm(r.text): r for r in live}
+        by_norm = {_norm(r.text): r for r in live if not r.flagged}  # a contradicted record is no duplicate
         turn = str(getattr(scope, turn_from) or "") if turn_from else ""
         for fact in parsed.facts:
             if fact.score < threshold:
@@ -128,7 +158,10 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
             if pattern:
                 report["rejected"].append({"fact": fact.fact, "score": fact.score, "why": "reads as an instruction"})
                 continue
-            duplicate = by_norm.get(_norm(fact.fact)) or _near(store, subject, fact.fact, near_duplicate)
+            # an update of a stored attribute is never its near duplicate ("diet is vegan" vs "... vegetarian")
+            old = fact.supersedes if fact.supersedes in known_ids else _same_attribute(live, fact.fact)
+            duplicate = by_norm.get(_norm(fact.fact)) or (
+                None if old is not None else _near(store, subject, fact.fact, near_duplicate))
             if duplicate is not None:
                 report["duplicates"].append({"fact": fact.fact, "memory_id": duplicate.memory_id})
                 continue
@@ -137,7 +170,6 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
                                            source_step=ctx.step, source_ref=turn or None, run_id=ctx.run_id)
             entry = {"memory_id": record.memory_id, "text": record.text, "score": fact.score,
                      "confidence": record.confidence, "tags": list(record.tags), "supersedes": None}
-            old = fact.supersedes if fact.supersedes in known_ids else _same_attribute(live, fact.fact)
             if old is not None:
                 store.memory.supersede(old, record.memory_id, run_id=ctx.run_id,
                                        reason=f"updated by turn {turn or ctx.run_id}")
@@ -163,10 +195,10 @@ def _is_continuation(scope: Any, ctx: StageContext) -> bool:
 
 
 def _near(store: Any, subject: str, text: str, threshold: float) -> Any:
-    hits = store.memory.search(subject, text, semantic=True, limit=1)
-    best = hits.records[0] if hits.records else None
-    if best is not None and best.similarity is not None and best.similarity >= threshold:
-        return best
+    hits = store.memory.search(subject, text, semantic=True, limit=5)
+    for record in hits.records:  # a flagged (contradicted, stale) record is not a duplicate of a current fact
+        if not record.flagged and record.similarity is not None and record.similarity >= threshold:
+            return record
     return None
 
 

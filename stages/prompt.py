@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+import pydantic_core
+
 from tracemem import StageContext
 
 BASE_RULES = ("You are a helpful assistant. Answer the user's latest message. Sections in brackets below are "
@@ -53,7 +55,12 @@ def _jsonable(value: Any) -> Any:
         return [v for v in (_jsonable(x) for x in value) if v is not _DROP]
     if hasattr(value, "model_dump"):
         return _jsonable(value.model_dump(mode="json"))
-    return _DROP
+    if callable(value):
+        return _DROP
+    try:  # dates, decimals, enums, UUIDs, sets: as the scope's own write log serializes them
+        return _jsonable(pydantic_core.to_jsonable_python(value))
+    except Exception:
+        return _DROP
 
 
 _DROP = object()
@@ -73,7 +80,8 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
         if user_from:
             facts = getattr(scope, user_from) or {}
             if facts:
-                lines = "\n".join(f"  {k}: {json.dumps(str(v), ensure_ascii=False)}" for k, v in facts.items())
+                lines = "\n".join(f"  {' '.join(str(k).split())}: {json.dumps(str(v), ensure_ascii=False)}"
+                                  for k, v in facts.items())
                 sections.append(Section("user", f"[User] (verified by the host)\n{lines}", "scope", user_from))
         if memories_from:
             memories = list(getattr(scope, memories_from) or [])
@@ -97,7 +105,9 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
             value = _jsonable(getattr(scope, path, None))
             if value in (None, "", {}, [], _DROP):
                 continue
-            body = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
+            # a string is indented line by line, so scope data (a tool result, say) cannot start a section line
+            body = "\n".join("  " + line for line in value.splitlines()) if isinstance(value, str) else \
+                json.dumps(value, ensure_ascii=False, indent=1)
             sections.append(Section("context", f"[Context: {path}]\n{body}", "scope", path))
         sections.append(Section("directions", directions, "directions", "directions"))
 
@@ -116,10 +126,11 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
             replaced = system(ctx, assembled, directions)
             if replaced is not None and replaced != assembled:
                 final = replaced
-                located = []
-                for s in sections:
-                    at = final.find(s.text)
+                located, after = [], 0
+                for s in sections:  # in order, so a repeated text is found where it really is
+                    at = final.find(s.text, after)
                     located.append((at, at + len(s.text)) if at >= 0 else (None, None))
+                    after = at + len(s.text) if at >= 0 else after
                 spans = located  # type: ignore[assignment]
                 sections.append(Section("hook", final, "hook", "hook"))
                 spans.append((0, len(final)))

@@ -571,3 +571,29 @@ def test_failed_model_call(otel_setup):
     assert "gen_ai.response.model" not in span.attributes and "gen_ai.usage.input_tokens" not in span.attributes
     step = run.steps[0]
     assert (span.start_time, span.end_time) == (step.started_at, step.ended_at)
+
+
+class Stop(BaseException):
+    """Like KeyboardInterrupt: not an Exception, so the run ends 'interrupted'."""
+
+
+def test_interrupted_subflow_still_exports(otel_setup):
+    provider, exporter = otel_setup
+    sink = otel.enable(provider)
+
+    def halt(c):
+        raise Stop("stop")
+
+    inner = Pipeline("inner", Child).then(double).then(halt).build()
+    outer = Pipeline("outer", S).then(first).subflow(inner, inputs={"x": "n"}, outputs={"n": "y"}, id="call").build()
+    with pytest.raises(Stop):
+        outer.run({})
+    found = by_name(exporter)
+    # the parent step never finished, so the child run hangs under the run span itself
+    assert set(found) == {"invoke_workflow outer", "first", "invoke_workflow inner", "double"}
+    assert parent_of(found["invoke_workflow inner"], exporter) is found["invoke_workflow outer"]
+    assert parent_of(found["double"], exporter) is found["invoke_workflow inner"]
+    for name in ("invoke_workflow inner", "invoke_workflow outer"):
+        assert found[name].status.status_code == StatusCode.ERROR
+        assert found[name].attributes["tracemem.status"] == "interrupted"
+    assert sink._runs == {}

@@ -52,6 +52,7 @@ class Run:
         self.trace_id: Optional[str] = None
         self.continues: Optional[str] = None  # the run whose final state this run started from
         self._previous: Optional["Run"] = None
+        self._flow: Any = None  # the live Flow (for sinks needing stage facts, e.g. OTel tool spans)
         self.store: Any = None  # the Store it was recorded into, for cross-run backtracking
 
     def __repr__(self) -> str:

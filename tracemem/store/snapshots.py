@@ -29,45 +29,48 @@ def embedding_rows(embedder: Any, runs: Sequence[Run]) -> list[tuple]:
 
 
 class SnapshotIndex:
-    """Exact cosine search over past runs' query embeddings, per (pipeline, embedder id)."""
+    """Exact cosine search over past runs' query embeddings, per (pipeline, embedder id).
+
+    The matrix is loaded from `run_embeddings` once (through Arrow) and then kept in
+    step by `added()`, which the store calls after each insert: this process is the
+    file's only writer, so no query has to ask DuckDB what changed.
+    """
 
     def __init__(self, con: Any, lock: threading.RLock) -> None:
         self.con = con
         self.lock = lock
-        self._cache: dict[tuple[str, str], tuple[int, list[str], list[str], np.ndarray]] = {}
+        self._cache: dict[tuple[str, str], _Entry] = {}
 
-    def _matrix(self, pipeline: str, embedder_id: str) -> tuple[list[str], list[str], np.ndarray]:
+    def added(self, rows: Sequence[tuple]) -> None:
+        """New `run_embeddings` rows (run_id, pipeline, embedder_id, query, embedding, created_at)."""
+        for run_id, pipeline, embedder_id, query, embedding, _ in rows:
+            entry = self._cache.get((pipeline, embedder_id))
+            if entry is not None:
+                entry.pending.append((run_id, query, embedding))
+
+    def _entry(self, pipeline: str, embedder_id: str) -> "_Entry":
         key = (pipeline, embedder_id)
         with self.lock:
-            count = _first(self.con.execute("SELECT count(*) FROM run_embeddings WHERE pipeline = ? AND embedder_id = ?",
-                                     [pipeline, embedder_id]))[0]
-            cached = self._cache.get(key)
-            if cached is not None and cached[0] == count:
-                return cached[1], cached[2], cached[3]
-            offset = cached[0] if cached is not None else 0
-            table = self.con.sql(
-                "SELECT run_id, query, embedding FROM run_embeddings WHERE pipeline = ? AND embedder_id = ? "
-                "ORDER BY created_at, run_id OFFSET ?", params=[pipeline, embedder_id, offset]).to_arrow_table()
-        ids = table.column("run_id").to_pylist()
-        queries = table.column("query").to_pylist()
-        if ids:
-            flat = table.column("embedding").combine_chunks()
-            dim = len(flat[0]) if len(flat) else 0
-            new = np.asarray(flat.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
-            norms = np.linalg.norm(new, axis=1, keepdims=True)
-            new = new / np.where(norms == 0, 1, norms)
-        else:
-            new = np.zeros((0, 0), dtype=np.float32)
-        if cached is not None and cached[3].size:
-            ids, queries = cached[1] + ids, cached[2] + queries
-            new = np.vstack([cached[3], new]) if new.size else cached[3]
-        self._cache[key] = (count, ids, queries, new)
-        return ids, queries, new
+            entry = self._cache.get(key)
+            if entry is None:
+                table = self.con.sql(
+                    "SELECT run_id, query, embedding FROM run_embeddings WHERE pipeline = ? AND embedder_id = ? "
+                    "ORDER BY created_at, run_id", params=[pipeline, embedder_id]).to_arrow_table()
+                entry = self._cache[key] = _Entry(table.column("run_id").to_pylist(),
+                                                  table.column("query").to_pylist(), _matrix(table))
+            if entry.pending:
+                pending, entry.pending = entry.pending, []
+                rows = np.asarray([p[2] for p in pending], dtype=np.float32)
+                entry.ids += [p[0] for p in pending]
+                entry.queries += [p[1] for p in pending]
+                entry.matrix = _normalize(rows) if entry.matrix.size == 0 else np.vstack([entry.matrix, _normalize(rows)])
+            return entry
 
     def similar(self, pipeline: str, embedder_id: str, vector: np.ndarray, *, top_k: int = 1,
                 exclude: Sequence[str] = ()) -> list[tuple[str, str, float]]:
         """(run_id, query, cosine) of the most similar past runs, best first."""
-        ids, queries, matrix = self._matrix(pipeline, embedder_id)
+        entry = self._entry(pipeline, embedder_id)
+        ids, queries, matrix = entry.ids, entry.queries, entry.matrix
         if not ids:
             return []
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -81,3 +84,22 @@ class SnapshotIndex:
         best = best[np.argsort(-scores[best], kind="stable")]
         out = [(ids[i], queries[i], float(scores[i])) for i in best if ids[i] not in skip]
         return out[:top_k]
+
+
+class _Entry:
+    def __init__(self, ids: list[str], queries: list[str], matrix: np.ndarray) -> None:
+        self.ids, self.queries, self.matrix = ids, queries, matrix
+        self.pending: list[tuple[str, str, Any]] = []
+
+
+def _normalize(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms == 0, 1, norms)
+
+
+def _matrix(table: Any) -> np.ndarray:
+    if table.num_rows == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    flat = table.column("embedding").combine_chunks()
+    values = np.asarray(flat.values.to_numpy(zero_copy_only=False), dtype=np.float32)
+    return _normalize(values.reshape(table.num_rows, -1))

@@ -150,6 +150,8 @@ class Store:
     def _write_now(self, batch: Batch) -> None:
         with self.lock:
             batch.insert(self.con)
+            if batch.rows["run_embeddings"]:
+                self.snapshots.added(batch.rows["run_embeddings"])
 
     def _finish_run_now(self, run: Run) -> None:
         rows = embedding_rows(self.snapshot_embedder, [run])

@@ -1,0 +1,459 @@
+"""Run every benchmark in bench/ and write bench/RESULTS.md: machine, versions, goals met or gap, full outputs.
+
+    python bench/run_all.py [--quick] [--only overhead,store,memory,snapshot,peers] [--out PATH] [--timeout S]
+
+Each script runs as a subprocess with this interpreter (its output streams to
+the terminal as it runs); the headline figures are parsed from the text the
+scripts print. A script that is absent is skipped with a note; a script that
+fails or cannot be parsed is reported as such in the table, never as a number.
+`--quick` passes `--quick` to the scripts that take it and small sizes to the
+others; goals that a quick run does not measure (500 turns, 100k records) are
+marked "not measured".
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Callable, Optional
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+SCRIPTS = ("overhead", "store", "memory", "snapshot", "peers")
+# for scripts without a --quick flag of their own
+QUICK_ARGS = {"overhead": [("--runs", "200"), ("--reps", "2")],
+              "store": [("--runs", "200"), ("--reps", "2"), ("--turns", "50")],
+              "snapshot": [("--sizes", "2000,10000"), ("--queries", "50")]}
+PACKAGES = ("tracemem-agents", "duckdb", "numpy", "pydantic", "pyarrow", "opentelemetry-sdk",
+            "langgraph", "langgraph-checkpoint-sqlite", "apache-burr")
+NUM = r"([0-9][0-9,]*\.?[0-9]*)"
+BASELINE = "tracemem store, durability=run"  # peers.py's reference row
+
+
+@dataclass
+class Result:
+    name: str
+    argv: list[str] = field(default_factory=list)
+    status: str = "not run"  # ok | failed (exit N) | timed out | absent
+    seconds: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+# -- running ----------------------------------------------------------------------
+def help_text(script: str) -> str:
+    try:
+        out = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return ""
+    return out.stdout
+
+
+def supports(help: str, flag: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help) is not None
+
+
+def otel_importable() -> bool:
+    out = subprocess.run([sys.executable, "-c", "import tracemem.otel"], cwd=ROOT, capture_output=True)
+    return out.returncode == 0
+
+
+def run_script(name: str, quick: bool, timeout: float) -> Result:
+    script = os.path.join(BENCH, f"{name}.py")
+    res = Result(name)
+    if not os.path.exists(script):
+        res.status = "absent"
+        print(f"\n### {name}.py: absent, skipped", flush=True)
+        return res
+    args: list[str] = []
+    help = help_text(script)
+    if quick:
+        if supports(help, "--quick"):
+            args = ["--quick"]
+        else:
+            args = [part for flag, value in QUICK_ARGS.get(name, []) if supports(help, flag) for part in (flag, value)]
+    if name == "overhead" and supports(help, "--otel") and otel_importable():
+        args.append("--otel")
+    res.argv = [f"bench/{name}.py", *args]
+    print(f"\n### {' '.join(res.argv)}", flush=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, script, *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=1)
+    chunks: dict[str, list[str]] = {"out": [], "err": []}
+
+    def pump(stream, key: str, sink) -> None:
+        for line in stream:
+            chunks[key].append(line)
+            sink.write(line)
+            sink.flush()
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, "out", sys.stdout), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, "err", sys.stderr), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+        res.status = "ok" if rc == 0 else f"failed (exit {rc})"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        res.status = f"timed out after {timeout:.0f} s"
+    for t in threads:
+        t.join(timeout=10)
+    res.seconds = time.perf_counter() - start
+    res.stdout, res.stderr = "".join(chunks["out"]), "".join(chunks["err"])
+    print(f"### {name}.py: {res.status} in {res.seconds:.0f} s", flush=True)
+    return res
+
+
+# -- parsing ----------------------------------------------------------------------
+def first(pattern: str, text: str, flags: int = re.M) -> Optional[re.Match]:
+    return re.search(pattern, text, flags)
+
+
+def parse_overhead(text: str) -> dict:
+    out = {}
+    for key, label in (("plain", "plain python (dict)"), ("engine", "tracemem engine (no store)"),
+                       ("otel", "tracemem engine + OTel (in-memory)")):
+        m = first(rf"^{re.escape(label)}\s+{NUM}\s+{NUM}\s*[–-]\s*{NUM}", text)
+        if m:
+            out[key] = (num(m.group(1)), num(m.group(2)), num(m.group(3)))
+    return out
+
+
+def parse_store(text: str) -> dict:
+    out: dict = {}
+    for key, label in (("run", "store, durability=run"), ("stage", "store, durability=stage"),
+                       ("engine", "engine only (no store)")):
+        m = first(rf"^{re.escape(label)}\s+{NUM}\s+{NUM}\s*[–-]\s*{NUM}", text)
+        if m:
+            out[key] = (num(m.group(1)), num(m.group(2)), num(m.group(3)))
+    m = first(rf"=\s*{NUM}\s*events/s", text)
+    if m:
+        out["ingest"] = num(m.group(1))
+    m = first(rf"growth exponent\s+(nan|{NUM}).*?added over (\d+) turns:\s*{NUM}\s*MB", text)
+    if m:
+        out["exponent"] = float("nan") if m.group(1) == "nan" else num(m.group(1))
+        out["turns"], out["mb"] = int(m.group(3)), num(m.group(4))
+    return out
+
+
+def parse_memory(text: str) -> dict:
+    out: dict = {"scale": {}, "locomo": {}}
+    for m in re.finditer(rf"n=(\d+):\s*vector top-10 p50 {NUM} ms p95 {NUM} ms \| search\(\) p50 {NUM} p95 {NUM}", text):
+        out["scale"][int(m.group(1))] = {"vec_p50": num(m.group(2)), "search_p50": num(m.group(4)),
+                                         "search_p95": num(m.group(5))}
+    for m in re.finditer(rf"^\s+(.+?)\s+@5 {NUM}\s+@10 {NUM}\s+{NUM} ms/query", text, re.M):
+        out["locomo"][m.group(1).strip()] = num(m.group(3))
+    m = first(r"LoCoMo evidence recall \((\d+) conversations, (\d+) questions", text)
+    if m:
+        out["conversations"], out["questions"] = int(m.group(1)), int(m.group(2))
+    return out
+
+
+def parse_snapshot(text: str) -> dict:
+    """Top-1 latency by number of stored runs: the 'p50 ms' column of the table snapshot.py prints
+    (falling back to a line naming 100k runs and a latency in ms)."""
+    sizes: dict[int, float] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        cols = [c.lower() for c in re.split(r"\s{2,}", line.strip())]
+        p50 = next((j for j, c in enumerate(cols) if "p50" in c), None)
+        if p50 is None or len(cols) < 2 or re.search(r"\d", cols[0]):
+            continue
+        for row in lines[i + 1:]:
+            cells = row.split()
+            if len(cells) != len(cols) or not re.fullmatch(r"[\d,]+", cells[0]):
+                break
+            sizes[int(num(cells[0]))] = num(cells[p50])
+    if sizes:
+        return {"sizes": sizes}
+    for line in lines:
+        if "goal" in line.lower() or "ms" not in line:
+            continue
+        if re.search(r"(?<![\d,])(100,000|100000|100k)(?![\d,])", line, re.I):
+            m = re.search(rf"p50\D{{0,12}}?{NUM}\s*ms", line) or re.search(rf"{NUM}\s*ms", line)
+            if m:
+                return {"sizes": {100_000: num(m.group(1))}}
+    return {}
+
+
+def parse_peers(text: str) -> dict:
+    rows = []
+    for m in re.finditer(rf"^(?P<label>\S.*?)\s+(?P<runs>\d+)\s+{NUM}\s+{NUM}–{NUM}\s+(\S+)\s+(\S+)\s*$", text, re.M):
+        rows.append({"label": m.group("label").strip(), "median": num(m.group(3)), "min": num(m.group(4)),
+                     "max": num(m.group(5)), "x_tracemem": m.group(7)})
+    chat = []
+    for m in re.finditer(rf"^chat (.+?): {NUM} MB added over (\d+) turns, growth exponent (nan|{NUM})(.*)$", text, re.M):
+        chat.append({"label": m.group(1), "mb": num(m.group(2)), "turns": int(m.group(3)),
+                     "exponent": float("nan") if m.group(4) == "nan" else num(m.group(4)),
+                     "ratio": m.group(6).strip(" ,")})
+    notes = re.findall(r"^note: (.*)$", text, re.M)
+    return {"rows": rows, "chat": chat, "notes": notes}
+
+
+# -- the summary ------------------------------------------------------------------
+def verdict(value: Optional[float], target: float, at_most: bool, unit: str = "") -> str:
+    if value is None:
+        return "not measured"
+    if (value <= target) if at_most else (value >= target):
+        return "met"
+    if at_most:
+        return f"gap: {value / target:.1f}× the limit (+{value - target:,.4g}{unit})"
+    return f"gap: {value / target:.2f} of the target ({value - target:,.4g}{unit})"
+
+
+def missing(res: Result, what: str = "") -> str:
+    if res.status == "absent":
+        return f"not run (bench/{res.name}.py absent)"
+    if not res.ok:
+        return f"not measured ({res.name}.py {res.status})"
+    return f"not parsed from {res.name}.py output{what}"
+
+
+def goals(results: dict[str, Result], quick: bool) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+    ov = parse_overhead(results["overhead"].stdout)
+    st = parse_store(results["store"].stdout)
+    mem = parse_memory(results["memory"].stdout)
+    snap = parse_snapshot(results["snapshot"].stdout)
+    peers = parse_peers(results["peers"].stdout)
+    peer_rows = {r["label"]: r for r in peers["rows"]}
+    peer_chat = {c["label"]: c for c in peers["chat"]}
+
+    # engine
+    if "engine" in ov:
+        m, lo, hi = ov["engine"]
+        rows.append(("engine overhead (overhead.py)", "≤ 10 µs/stage", f"{m:.2f} µs/stage (min–max {lo:.2f}–{hi:.2f})",
+                     verdict(m, 10, True, " µs")))
+    else:
+        rows.append(("engine overhead (overhead.py)", "≤ 10 µs/stage", missing(results["overhead"]), "—"))
+    if "otel" in ov:
+        m, lo, hi = ov["otel"]
+        rows.append(("engine + OTel in-memory (overhead.py)", "(no goal)", f"{m:.2f} µs/stage (min–max {lo:.2f}–{hi:.2f})", "info"))
+
+    # store
+    if "run" in st:
+        m, lo, hi = st["run"]
+        extra = ""
+        if BASELINE in peer_rows:
+            extra = f"; peers.py: {peer_rows[BASELINE]['median']:.2f}"
+        rows.append(("store overhead, durability run (store.py)", "≤ 20 µs/stage",
+                     f"{m:.2f} µs/stage (min–max {lo:.2f}–{hi:.2f}){extra}", verdict(m, 20, True, " µs")))
+    else:
+        rows.append(("store overhead, durability run (store.py)", "≤ 20 µs/stage", missing(results["store"]), "—"))
+    if "stage" in st:
+        m, lo, hi = st["stage"]
+        rows.append(("store overhead, durability stage (store.py)", "(no goal)", f"{m:,.2f} µs/stage (min–max {lo:,.2f}–{hi:,.2f})", "info"))
+    if "ingest" in st:
+        rows.append(("ingest (store.py)", "≥ 100,000 events/s", f"{st['ingest']:,.0f} events/s",
+                     verdict(st["ingest"], 100_000, False, " /s")))
+    else:
+        rows.append(("ingest (store.py)", "≥ 100,000 events/s", missing(results["store"]), "—"))
+
+    # chat storage
+    target = "≤ 1 MB over 500 turns, linear (exponent ≤ 1.2)"
+    if "mb" in st:
+        figures = [(st["mb"], st["exponent"], "repeated text, store.py")]
+        distinct = next((c for label, c in peer_chat.items() if label.startswith("tracemem") and "distinct" in label), None)
+        if distinct and distinct["turns"] == st["turns"]:
+            figures.append((distinct["mb"], distinct["exponent"], "distinct text, peers.py"))
+        measured = "; ".join(f"{mb:.2f} MB, exponent {ex:.2f} ({how})" for mb, ex, how in figures)
+        if st["turns"] != 500:
+            status = f"not measured (only {st['turns']} turns)"
+        else:
+            worst_mb = max(f[0] for f in figures)
+            worst_ex = max(f[1] for f in figures)
+            gaps = []
+            if worst_mb > 1:
+                gaps.append(f"{worst_mb:.2f} MB")
+            if not worst_ex <= 1.2:
+                gaps.append(f"exponent {worst_ex:.2f}")
+            status = "met" if not gaps else "gap: " + ", ".join(gaps)
+        rows.append((f"chat storage over {st['turns']} turns", target, measured, status))
+    else:
+        rows.append(("chat storage over 500 turns", target, missing(results["store"]), "—"))
+
+    # memory search
+    scale = mem["scale"]
+    if 100_000 in scale:
+        s = scale[100_000]
+        rows.append(("memory search at 100k (memory.py)", "≤ 10 ms",
+                     f"search() p50 {s['search_p50']:.2f} ms, p95 {s['search_p95']:.2f} ms (vector top-10 p50 {s['vec_p50']:.2f} ms)",
+                     verdict(s["search_p50"], 10, True, " ms")))
+    elif scale:
+        n = max(scale)
+        rows.append(("memory search at 100k (memory.py)", "≤ 10 ms",
+                     f"only n={n:,} measured: search() p50 {scale[n]['search_p50']:.2f} ms", "not measured (quick)"))
+    else:
+        rows.append(("memory search at 100k (memory.py)", "≤ 10 ms", missing(results["memory"]), "—"))
+
+    # LoCoMo
+    ours = {k: v for k, v in mem["locomo"].items() if "baseline" not in k.lower() and "vector only" not in k.lower()}
+    if ours:
+        name, best = max(ours.items(), key=lambda kv: kv[1])
+        scope = f"{mem.get('conversations', '?')} conversations, {mem.get('questions', '?')} questions"
+        others = ", ".join(f"{k} {v:.3f}" for k, v in ours.items() if k != name)
+        measured = f"{best:.3f} ({name}; {scope})" + (f"; {others}" if others else "")
+        status = verdict(best, 0.60, False)
+        if mem.get("conversations", 10) < 10:
+            status += " (subset)"
+        rows.append(("LoCoMo evidence recall@10 (memory.py)", "≥ 0.60", measured, status))
+    elif results["memory"].ok and "LoCoMo skipped" in results["memory"].stdout:
+        rows.append(("LoCoMo evidence recall@10 (memory.py)", "≥ 0.60", "not measured (LoCoMo data absent)", "—"))
+    else:
+        rows.append(("LoCoMo evidence recall@10 (memory.py)", "≥ 0.60", missing(results["memory"]), "—"))
+
+    # snapshot
+    snap_sizes = snap.get("sizes", {})
+    if 100_000 in snap_sizes:
+        others = ", ".join(f"{n:,} runs {ms:.2f} ms" for n, ms in sorted(snap_sizes.items()) if n != 100_000)
+        rows.append(("snapshot top-1 at 100k runs (snapshot.py)", "≤ 10 ms",
+                     f"p50 {snap_sizes[100_000]:.2f} ms" + (f" ({others})" if others else ""),
+                     verdict(snap_sizes[100_000], 10, True, " ms")))
+    elif snap_sizes:
+        n = max(snap_sizes)
+        rows.append(("snapshot top-1 at 100k runs (snapshot.py)", "≤ 10 ms",
+                     f"only {n:,} runs measured: p50 {snap_sizes[n]:.2f} ms", "not measured (quick)"))
+    else:
+        rows.append(("snapshot top-1 at 100k runs (snapshot.py)", "≤ 10 ms", missing(results["snapshot"]), "—"))
+    return rows
+
+
+def peers_section(res: Result) -> list[str]:
+    if not res.ok and not res.stdout:
+        return [f"peers.py: {missing(res)}", ""]
+    p = parse_peers(res.stdout)
+    lines = []
+    if p["rows"]:
+        lines += ["| variant | µs/stage median | min–max | × tracemem store (run) |", "|---|---:|---:|---:|"]
+        for r in p["rows"]:
+            lines.append(f"| {r['label']} | {r['median']:,.2f} | {r['min']:,.2f}–{r['max']:,.2f} | {r['x_tracemem']} |")
+        lines.append("")
+    if p["chat"]:
+        lines += ["| chat storage | MB added | turns | growth exponent | vs tracemem |", "|---|---:|---:|---:|---|"]
+        for c in p["chat"]:
+            lines.append(f"| {c['label']} | {c['mb']:,.2f} | {c['turns']} | {c['exponent']:.2f} | {c['ratio'] or '—'} |")
+        lines.append("")
+    for n in p["notes"]:
+        lines.append(f"- {n}")
+    if p["notes"]:
+        lines.append("")
+    if not lines:
+        lines = [f"peers.py: {missing(res)}", ""]
+    return lines
+
+
+def machine() -> list[str]:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        ncpu = len(os.sched_getaffinity(0))
+    except AttributeError:
+        ncpu = os.cpu_count() or 0
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(ln for ln in f if ln.startswith("MemTotal")).split()[1])
+            mem = f", {kb / 2**20:.1f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        pass
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = "load average at start {:.2f} / {:.2f} / {:.2f} (1/5/15 min)".format(*os.getloadavg())
+    versions = []
+    for pkg in PACKAGES:
+        try:
+            versions.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            versions.append(f"{pkg} (not installed)")
+    return [f"- machine: {ncpu} CPUs ({cpu}){mem}, {platform.system()} {platform.release()}",
+            f"- python {platform.python_version()} ({sys.executable})",
+            f"- packages: {', '.join(versions)}",
+            *([f"- {load}"] if load else [])]
+
+
+def write_report(path: str, results: dict[str, Result], quick: bool, started: dt.datetime, info: list[str],
+                 total: float) -> None:
+    lines = ["# Benchmark results", "",
+             "Generated by `bench/run_all.py` (`make bench`); do not edit by hand.", "",
+             f"- date: {started.strftime('%Y-%m-%d %H:%M %Z').strip()} ({'quick smoke run' if quick else 'full run'}, "
+             f"{total / 60:.1f} min in all)",
+             *info, "",
+             "## Goals", "",
+             "| goal | target | measured (median) | status |", "|---|---|---|---|"]
+    for goal, target, measured, status in goals(results, quick):
+        lines.append(f"| {goal} | {target} | {measured.replace('|', '/')} | {status} |")
+    lines += ["",
+              "Timings are medians over interleaved repetitions in one process; the min–max spread shows "
+              "how noisy the machine was. The chat goal is judged on the larger of the two tracemem figures "
+              "(bench/store.py repeats the same message every turn, which DuckDB compresses; peers.py "
+              "uses different text every turn).", "",
+              "## Side by side with LangGraph and Burr (peers.py)", ""]
+    lines += peers_section(results["peers"])
+    lines += ["## Scripts", "", "| script | command | status | seconds |", "|---|---|---|---:|"]
+    for name in SCRIPTS:
+        r = results[name]
+        lines.append(f"| {name}.py | `{' '.join(r.argv) or '—'}` | {r.status} | {r.seconds:.0f} |")
+    lines.append("")
+    for name in SCRIPTS:
+        r = results[name]
+        lines += [f"## Output: {name}.py", ""]
+        if r.status in ("absent", "not run"):
+            lines += [f"({r.status})", ""]
+            continue
+        lines += ["```text", r.stdout.rstrip() or "(no output)", "```", ""]
+        if r.stderr.strip() and not r.ok:
+            tail = r.stderr.strip()[-4000:]
+            lines += ["stderr (last 4000 characters):", "", "```text", tail, "```", ""]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: small sizes, few repetitions")
+    ap.add_argument("--only", default=",".join(SCRIPTS), help="comma-separated subset of " + ",".join(SCRIPTS))
+    ap.add_argument("--out", default=os.path.join(BENCH, "RESULTS.md"))
+    ap.add_argument("--timeout", type=float, default=900, help="seconds allowed per script (default 900)")
+    args = ap.parse_args()
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(chosen) - set(SCRIPTS)
+    if unknown:
+        ap.error(f"unknown scripts {sorted(unknown)}; choose from {', '.join(SCRIPTS)}")
+    started = dt.datetime.now().astimezone()
+    info = machine()
+    print("\n".join(info), flush=True)
+    t0 = time.perf_counter()
+    results = {name: (run_script(name, args.quick, args.timeout) if name in chosen else Result(name))
+               for name in SCRIPTS}
+    total = time.perf_counter() - t0
+    write_report(args.out, results, args.quick, started, info, total)
+    print(f"\nwrote {os.path.relpath(args.out, os.getcwd())} ({total / 60:.1f} min)")
+    for goal, target, measured, status in goals(results, args.quick):
+        print(f"  [{status}] {goal} ({target}): {measured}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The benchmark scripts run and print their headline lines. No timing is asserted, ever."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench import run_all  # noqa: E402
+
+
+def run(*argv: str, timeout: float = 300) -> str:
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def overhead_out() -> str:
+    return run("bench/overhead.py", "--runs", "50", "--reps", "1")
+
+
+@pytest.fixture(scope="module")
+def store_out() -> str:
+    return run("bench/store.py", "--runs", "50", "--reps", "1", "--turns", "20")
+
+
+def test_overhead_prints_its_headline(overhead_out: str) -> None:
+    assert "10-stage linear pipeline" in overhead_out
+    assert "plain python (dict)" in overhead_out
+    assert "tracemem engine (no store)" in overhead_out
+
+
+def test_store_prints_its_headlines(store_out: str) -> None:
+    assert "## µs per stage" in store_out
+    assert "store, durability=run" in store_out
+    assert "store, durability=stage" in store_out
+    assert "events/s" in store_out
+    assert "20-turn chat" in store_out
+    assert "growth exponent" in store_out
+
+
+def test_run_all_parses_the_scripts_lines(overhead_out: str, store_out: str) -> None:
+    """bench/RESULTS.md is built from these lines: a format change must show up here, not as a blank table."""
+    assert set(run_all.parse_overhead(overhead_out)) >= {"plain", "engine"}
+    parsed = run_all.parse_store(store_out)
+    assert set(parsed) >= {"run", "stage", "ingest", "turns", "mb", "exponent"}
+    assert parsed["turns"] == 20
+
+
+def test_run_all_reads_a_snapshot_table() -> None:
+    text = ("## load_snapshot lookup: exact top-1 over stored runs; goal ≤ 10 ms at 100k\n"
+            "    runs  fill s  matrix load ms  p50 ms  p95 ms\n"
+            "   10000     2.6            95.1   16.01   28.49\n"
+            "  100000    27.7          1053.7   12.07   22.86\n")
+    assert run_all.parse_snapshot(text) == {"sizes": {10_000: 16.01, 100_000: 12.07}}
+
+
+def peers_importable() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("langgraph", "burr"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not peers_importable(), reason="langgraph and burr not installed (pip install -e '.[bench]')")
+def test_peers_quick() -> None:
+    out = run("bench/peers.py", "--quick", timeout=600)
+    parsed = run_all.parse_peers(out)
+    labels = {r["label"] for r in parsed["rows"]}
+    assert {"tracemem store, durability=run", "langgraph, SqliteSaver (WAL)", "burr, SQLitePersister (WAL)"} <= labels
+    chats = {c["label"] for c in parsed["chat"]}
+    assert any(c.startswith("langgraph") for c in chats) and any(c.startswith("burr") for c in chats)
+    assert "WARNING" not in out  # the peers computed what tracemem computed
+
+
+@pytest.mark.slow
+def test_run_all_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "RESULTS.md"
+    run("bench/run_all.py", "--quick", "--only", "overhead,store", "--out", str(out), timeout=600)
+    text = out.read_text()
+    assert "## Goals" in text and "engine overhead" in text and "## Output: store.py" in text
+    assert "not parsed" not in text
