@@ -8,7 +8,7 @@ row), while every earlier step of the run stays recorded.
 from __future__ import annotations
 
 import time
-import uuid
+from tracemem.ids import new_id
 from typing import Any, Callable, Optional, Union
 
 from tracemem import StageContext, TracememError
@@ -38,7 +38,7 @@ def call_model(model: Union[ChatModel, str] = "model", *, system_from: Optional[
         if asked:
             messages.append({"role": "user", "content": question})
         prompt_id = getattr(scope, prompt_id_from) if prompt_id_from else None
-        call_id = uuid.uuid4().hex[:12]
+        call_id = new_id(48)
         started = time.time_ns()
         try:
             reply = chat.complete(messages, schema=schema)  # type: ignore[union-attr]

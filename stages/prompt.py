@@ -105,8 +105,9 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
             value = _jsonable(getattr(scope, path, None))
             if value in (None, "", {}, [], _DROP):
                 continue
-            # a string is indented line by line, so scope data (a tool result, say) cannot start a section line
-            body = "\n".join("  " + line for line in value.splitlines()) if isinstance(value, str) else \
+            # a string is quoted line by line ("  | "), so scope data (a tool result, say) cannot start a line
+            # that looks like a section header or a directive
+            body = "\n".join("  | " + line for line in value.splitlines()) if isinstance(value, str) else \
                 json.dumps(value, ensure_ascii=False, indent=1)
             sections.append(Section("context", f"[Context: {path}]\n{body}", "scope", path))
         sections.append(Section("directions", directions, "directions", "directions"))

@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 import time
-import uuid
+from .ids import new_id
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, Generic, Iterable, Mapping, Optional, Protocol, TypeVar
@@ -170,7 +170,7 @@ class _Execution:
         self.state = RunState(flow.schema, data, self.salt)
         self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
         run = self.run = Run(
-            run_id=uuid.uuid4().hex[:16], pipeline=flow.name, pipeline_hash=flow.hash, schema=flow.schema,
+            run_id=new_id(), pipeline=flow.name, pipeline_hash=flow.hash, schema=flow.schema,
             input_json=flow.schema.dump_scope(recorded, self.salt), started_at=time.time_ns(), subject=self.subject,
             parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None,
         )

@@ -9,7 +9,7 @@ to DuckDB; searches go to the index, which mirrors the live rows.
 from __future__ import annotations
 
 import threading
-import uuid
+from ..ids import new_id as _new_id
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -148,7 +148,7 @@ class Memory:
             item["tags"] = as_tags(item.get("tags"))
             fields = check_fields(item)
             check_window(fields.get("valid_from"), fields.get("valid_until"))
-            recs.append(MemoryRecord(memory_id=f"m_{uuid.uuid4().hex[:16]}", subject=check_subject(subject),
+            recs.append(MemoryRecord(memory_id=f"m_{_new_id()}", subject=check_subject(subject),
                                      embedder_id=self.embedder.embedder_id if self.embedder else None,
                                      created_at=now, updated_at=now, **fields))
         vecs = given if given is not None else binding.embed(self.embedder, [r.text for r in recs])

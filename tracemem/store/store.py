@@ -138,7 +138,8 @@ class Store:
         from ..memory import Memory
 
         kwargs = {} if embedder == "default" else {"embedder": embedder}
-        return Memory(self.con.cursor(), self.lock, **kwargs)
+        cursor = self.con.cursor()
+        return Memory(_NoDDL(cursor) if self.read_only else cursor, self.lock, **kwargs)
 
     # -- writing ------------------------------------------------------------------
     def sink(self, durability: Optional[str] = None) -> StoreSink:
@@ -301,6 +302,22 @@ class Store:
         self.flush()
         with self.lock:
             return export(self.con, directory, progress=progress)
+
+
+class _NoDDL:
+    """A read-only connection for `Memory`: DuckDB refuses even `CREATE ... IF NOT EXISTS` on a
+    read-only file, and `open_schema` has already checked the tables are there."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+
+    def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        if query.lstrip()[:7].upper() == "CREATE " and "IF NOT EXISTS" in query.upper():
+            return self._con
+        return self._con.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
 
 
 def _alive(pid: Optional[int]) -> bool:
