@@ -3,8 +3,9 @@
 Order: base rules; the host's instructions (verbatim); [User] (identity facts the
 host vouches for); [Memory] (recalled facts, oldest first, as quoted DATA — one
 JSON-quoted line each, so no memory can start a line that looks like a section
-header or a directive; capped in count and characters); [Context] (scope data;
-callables and values JSON cannot hold are dropped, never stringified);
+header or a directive; capped in count and characters); [Context] (scope data:
+JSON, or a string quoted line by line with "  | "; callables and values JSON
+cannot hold are dropped, never stringified);
 directions last. A host hook `system(ctx, assembled, directions) -> str | None`
 has the last word. One `prompts` row and one `prompt_sections` row per section
 (kind, text, character span, source kind and id) let backtracking name the exact

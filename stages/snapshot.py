@@ -3,7 +3,8 @@
 Embeds the current question, finds the most similar past runs of the same
 pipeline made with the same embedder id (exact cosine over `run_embeddings`),
 keeps those at or above `min_score` — strictly: none qualifies → nothing is
-injected, no fallback; no question → no search — and writes each, projected, to
+injected, no fallback; no question → no search; a past run that failed or was
+interrupted answered nothing and is passed over (logged) — and writes each, projected, to
 the scope as formatted context naming the past run, its query and the score.
 Each use is a `snapshot_uses` row, so backtracking crosses into the past run.
 
@@ -60,6 +61,28 @@ def project(run: Run, projection: str, answer_path: str, max_writes: int = 30) -
     return "\n".join(parts)
 
 
+def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, top_k: int,
+                   min_score: float) -> list[tuple[str, str, float]]:
+    """The top_k most similar past runs that ended ok: a failed or interrupted run answered nothing."""
+    k = top_k
+    while True:
+        found = store.similar_runs(ctx.run.pipeline, question, embedder=embedder, top_k=k, min_score=min_score,
+                                   exclude=(ctx.run_id,))
+        ids = [run_id for run_id, _, _ in found]
+        status = dict(store.sql("SELECT run_id, status FROM runs WHERE list_contains(?, run_id)",
+                                [ids]).fetchall()) if ids else {}
+        hits = [h for h in found if status.get(h[0]) == "ok"]
+        if len(hits) >= top_k or len(found) < k:  # enough, or no more candidates above min_score
+            break
+        k *= 2
+    chosen = hits[:top_k]
+    last = chosen[-1][2] if len(chosen) == top_k else -1.0
+    for run_id, _, score in found:  # say which better-scored runs were passed over, and why
+        if status.get(run_id) != "ok" and score >= last:
+            ctx.log(f"load_snapshot: skipped past run {run_id} (status {status.get(run_id)}, similarity {score:.2f})")
+    return chosen
+
+
 def load_snapshot(*, embedder: Any = None, top_k: int = 1, min_score: float = 0.7, projection: str = "decisions",
                   query_from: Optional[str] = None, into: str = "snapshot", answer_path: str = "answer"
                   ) -> Callable[[Any, StageContext], None]:
@@ -76,8 +99,7 @@ def load_snapshot(*, embedder: Any = None, top_k: int = 1, min_score: float = 0.
             ctx.log("load_snapshot: no question in the scope; no search")
             setattr(scope, into, "")
             return
-        hits = store.similar_runs(ctx.run.pipeline, question, embedder=embedder, top_k=top_k, min_score=min_score,
-                                  exclude=(ctx.run_id,))
+        hits = _finished_runs(store, ctx, question, embedder, top_k, min_score)
         if not hits:
             ctx.log(f"load_snapshot: no past run at cosine ≥ {min_score}; nothing injected")
             setattr(scope, into, "")

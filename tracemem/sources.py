@@ -94,6 +94,8 @@ def _expand_memory(w: "_Walker", node: str, depth: int, idx: Optional[RunIndex],
     if not record.source_run_id:
         return
     origin = w.index(record.source_run_id)
+    if origin is None and not w.cross_runs:
+        return  # backtrack(..., cross_runs=False): the memory's source_run_id says where, the walk stops here
     if origin is None:
         child = f"run:{record.source_run_id}"
         if w.add(child, depth + 1, None, None, kind="run", run_id=record.source_run_id,
@@ -104,11 +106,14 @@ def _expand_memory(w: "_Walker", node: str, depth: int, idx: Optional[RunIndex],
         return
     child = w.step_node(origin, record.source_step, depth + 1)
     w.g.nodes[child]["source_ref"] = record.source_ref
+    w.g.nodes[child]["extracted"] = record.memory_id
     w.link(node, child, "provenance")
 
 
 def _expand_past_run(w: "_Walker", node: str, depth: int, idx: RunIndex, run_id: str) -> None:
     past = w.index(run_id)
+    if past is None and not w.cross_runs:
+        return
     if past is None:
         w.g.nodes[node]["missing"] = "run not in the store (pruned?)"
         return
@@ -125,7 +130,8 @@ def describe(d: dict[str, Any]) -> Optional[str]:
     if kind == "model_call":
         if d.get("error"):
             return f"model call {d['model']} failed: {d['error']}"
-        return f"model call {d['model']} replied {_short(d.get('response') or '', 50)!r} (prompt {d['prompt_id']})"
+        prompt = f" (prompt {d['prompt_id']})" if d.get("prompt_id") else ""
+        return f"model call {d['model']} replied {_short(d.get('response') or '', 50)!r}{prompt}"
     if kind == "prompt_section":
         label = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
                  "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
@@ -142,8 +148,9 @@ def describe(d: dict[str, Any]) -> Optional[str]:
         if d.get("via") == "load_snapshot":
             return f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, {d['projection']})"
         return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
-    if kind == "step" and d.get("source_ref"):
-        return f"extracted in run {d['run_id'][:8]}, step {d['step']} ({d['stage']}), turn {d['source_ref']}"
+    if kind == "step" and (d.get("source_ref") or d.get("extracted")):
+        turn = f", turn {d['source_ref']}" if d.get("source_ref") else ""
+        return f"extracted in run {d['run_id'][:8]}, step {d['step']} ({d['stage']}){turn}"
     return None
 
 

@@ -13,7 +13,7 @@ import importlib
 import json
 import os
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, Sequence
 
 import duckdb
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subject")
     p.add_argument("--all", action="store_true", help="include forgotten records")
     p = sub.add_parser("prune", parents=[common], help="delete old runs (never what memories cite)")
-    p.add_argument("--older-than", help="days (e.g. 30) or an ISO date")
+    p.add_argument("--older-than", help="days (e.g. 30) or an ISO date (UTC, as run times are stored)")
     p.add_argument("--keep-last", type=int)
     p.add_argument("--dry-run", action="store_true")
     p = sub.add_parser("export", parents=[common], help="write every table to Parquet")
@@ -72,7 +72,10 @@ def _db(args: argparse.Namespace) -> str:
 def _open(args: argparse.Namespace, write: bool = False) -> Any:
     from ..store import Store
 
-    store = Store(_db(args), read_only=not write, snapshot_if_locked=not write)
+    path = _db(args)
+    if path != ":memory:" and not os.path.exists(path):  # never create a store from a mistyped --db
+        raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
+    store = Store(path, read_only=not write, snapshot_if_locked=not write)
     if store.snapshot_of:
         print(f"note: {store.snapshot_note}", file=sys.stderr)
     return store
@@ -135,6 +138,8 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
 def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
     with _open(args) as store:
         trace = store.run(resolve_run(store, args.run)).backtrack(args.path)
+        if args.only and (_json(args) or args.mermaid):
+            _keep_only(trace, args.only)
         if _json(args):
             print(to_json(trace.to_json()), file=out)
         elif args.mermaid:
@@ -143,9 +148,25 @@ def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
             print(trace.explain(only=args.only), file=out)
 
 
+def _keep_only(trace: Any, kind: str) -> None:
+    """`--only KIND` for --json/--mermaid: the chains from the value to nodes of that kind (as `explain`)."""
+    import networkx as nx
+
+    graph = trace.graph
+    keep: set[str] = set()
+    for node in [n for n, d in graph.nodes(data=True) if d.get("kind") == kind]:
+        keep |= {node} | nx.ancestors(graph, node) | set(nx.single_source_shortest_path_length(graph, node, cutoff=3))
+    trace.graph = graph.subgraph(keep).copy()
+
+
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
     with _open(args, write=args.write) as store:
-        rel = store.sql(args.query)
+        try:
+            rel = store.sql(args.query)
+        except TracememError as err:
+            if args.write or "read-only" not in str(err):
+                raise
+            raise TracememError(f"{err} (`tracemem sql` is read-only; pass --write to change the store)") from None
         if rel is None:
             print("ok", file=out)
             return
@@ -174,13 +195,15 @@ def cmd_memories(args: argparse.Namespace, out: Any) -> None:
 
 
 def _when(text: str) -> datetime:
+    """A cut-off in UTC, as run times are stored (an ISO date without a zone is taken as UTC)."""
     try:
-        return datetime.now() - timedelta(days=float(text))
+        return datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=float(text))
     except ValueError:
         try:
-            return datetime.fromisoformat(text)
+            when = datetime.fromisoformat(text)
         except ValueError:
             raise TracememError(f"--older-than takes days (e.g. 30) or an ISO date, got {text!r}") from None
+        return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
 
 
 def cmd_prune(args: argparse.Namespace, out: Any) -> None:
@@ -208,20 +231,26 @@ def cmd_export(args: argparse.Namespace, out: Any) -> None:
 
 def cmd_graph(args: argparse.Namespace, out: Any) -> None:
     from ..pipeline import Pipeline
+    from ..runner import Flow
 
     module_name, _, attr = args.target.partition(":")
     if not attr:
         raise TracememError(f"graph takes MODULE:ATTR (e.g. examples.credit:flow), got {args.target!r}")
-    sys.path.insert(0, os.getcwd())
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise TracememError(f"cannot import {module_name}: {err}") from None
+    except Exception as err:  # the module itself failed (syntax error, an exception at import)
+        raise TracememError(f"cannot import {module_name}: {type(err).__name__}: {err}") from None
     flow = getattr(module, attr, None)
     if flow is None:
         raise TracememError(f"{module_name} has no attribute '{attr}'")
     if isinstance(flow, Pipeline):
         flow = flow.build()
+    if not isinstance(flow, Flow):
+        raise TracememError(f"{args.target} is a {type(flow).__name__}, not a flow (a Pipeline or a built Flow)")
     if _json(args):
         print(to_json(flow.to_spec()), file=out)
     else:

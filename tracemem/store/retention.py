@@ -1,7 +1,7 @@
 """Retention and export: prune old runs without breaking what memories cite."""
 from __future__ import annotations
 
-from .rows import first as _first
+from .rows import first as _first, utc_naive
 
 import os
 from dataclasses import dataclass, field
@@ -31,6 +31,7 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
           progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
     if older_than is None and keep_last is None:
         raise ValueError("prune needs older_than=<datetime> and/or keep_last=<count>")
+    older_than = utc_naive(older_than)
     top = con.execute("SELECT run_id, started_at FROM runs WHERE parent_run_id IS NULL "
                       "ORDER BY started_at DESC").fetchall()
     candidates = []

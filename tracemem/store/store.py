@@ -16,6 +16,7 @@ import atexit
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -30,9 +31,10 @@ from ..run import Run
 from ..schema import schema_for
 from .load import load_run
 from .retention import PruneReport, export, prune
+from .rows import utc_naive
 from .schema import _meta, _set_meta, open_schema
 from .snapshots import SnapshotIndex, embedding_rows
-from .writer import Batch, StoreSink
+from .writer import Batch, StoreSink, run_row
 
 
 class StoreLockedError(TracememError):
@@ -51,6 +53,7 @@ class Store:
         self.durability = durability
         self.flush_interval = flush_interval
         self.snapshot_of: Optional[str] = None
+        self._snapshot_dir: Optional[str] = None
         self.lock = threading.RLock()
         self.block_size = block_size  # for new files: 16 KiB keeps a small agent's file small
         self.con = self._connect(snapshot_if_locked)
@@ -78,7 +81,7 @@ class Store:
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
         ref = weakref.ref(self)
-        atexit.register(lambda: ref() is not None and ref().close())
+        atexit.register(_close_at_exit, ref)
 
     def __repr__(self) -> str:
         return f"<Store {self.path}{' (snapshot)' if self.snapshot_of else ''}>"
@@ -95,16 +98,25 @@ class Store:
         if path != ":memory:" and self.read_only and not os.path.exists(path):
             raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
         try:
-            config = {} if self.read_only or os.path.exists(path) or path == ":memory:" else \
-                {"default_block_size": str(self.block_size)}
-            return duckdb.connect(path, read_only=self.read_only, config=config)
+            if not self.read_only and path != ":memory:" and not os.path.exists(path):
+                # the block size is fixed when the file is created; a connection opened with a config
+                # would make every other Store on this file in this process "a different configuration"
+                duckdb.connect(path, config={"default_block_size": str(self.block_size)}).close()
+            return duckdb.connect(path, read_only=self.read_only)
         except duckdb.Error as err:
             text = str(err)
-            if "lock" not in text.lower():
+            same_process = "different configuration" in text
+            if "lock" not in text.lower() and not same_process:
                 raise TracememError(f"cannot open {path}: {text.splitlines()[0]}") from None
             pid = re.search(r"PID (\d+)", text)
-            holder = f"process {pid.group(1)}" if pid else "another process"
-            if not snapshot_if_locked:
+            holder = f"this process ({os.getpid()})" if same_process else \
+                f"process {pid.group(1)}" if pid else "another process"
+            if same_process and not (snapshot_if_locked and self.read_only):
+                raise StoreLockedError(
+                    f"{path} is already open for writing in this process; use that Store (store.sql(), "
+                    f"store.run()), or Store('{path}', read_only=True, snapshot_if_locked=True) to read a "
+                    f"snapshot copy") from None
+            if not (snapshot_if_locked and self.read_only):  # a writer must never write into a throwaway copy
                 raise StoreLockedError(
                     f"{path} is open for writing by {holder}; DuckDB allows one writing process per file. "
                     f"To read it now use Store('{path}', read_only=True, snapshot_if_locked=True) or the "
@@ -114,14 +126,14 @@ class Store:
 
     def _open_snapshot(self, holder: str) -> duckdb.DuckDBPyConnection:
         """Copy the file (and its WAL) aside and open the copy: a consistent-enough read while locked."""
-        folder = tempfile.mkdtemp(prefix="tracemem-snapshot-")
+        folder = self._snapshot_dir = tempfile.mkdtemp(prefix="tracemem-snapshot-")
         copy = os.path.join(folder, os.path.basename(self.path))
         shutil.copyfile(self.path, copy)
         if os.path.exists(self.path + ".wal"):
             shutil.copyfile(self.path + ".wal", copy + ".wal")
         self.snapshot_of, self.path = self.path, copy
         self.snapshot_note = f"{self.snapshot_of} is locked by {holder}; reading a copy taken at {datetime.now():%H:%M:%S}"
-        return duckdb.connect(copy)
+        return duckdb.connect(copy, read_only=True)
 
     def _mark_interrupted(self) -> list[str]:
         """Runs left 'running' by a process that is gone (a crash under durability 'stage')."""
@@ -196,17 +208,37 @@ class Store:
                     batch.add_run(run)
                 batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
                 self._write_now(batch)
+            except BaseException:
+                self._write_each(runs)
+
+    def _write_each(self, runs: list[Run]) -> None:
+        """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
+        extra rows (e.g. a `model_calls` row with a wrong type) cannot be written is written without
+        them; a run that still fails is kept queued. Errors are raised by the next flush()."""
+        for i, run in enumerate(runs):
+            try:
+                self._write_now(_run_batch(self.snapshot_embedder, run, extra=True))
+                continue
+            except BaseException as err:
+                first = err
+            try:
+                self._write_now(_run_batch(self.snapshot_embedder, run, extra=False))
+                self._errors.append(TracememError(
+                    f"run {run.run_id} of '{run.pipeline}' was written without its {', '.join(sorted(run.rows))} "
+                    f"rows, which do not fit their tables: {first}"))
             except BaseException as err:  # kept and raised by the next flush()
                 with self._cv:
-                    self._pending[:0] = runs
-                self._errors.append(err)
+                    self._pending[:0] = runs[i:]
+                self._errors.append(TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued"))
+                return
 
     def flush(self) -> None:
         """Write every queued run now (queries call this first, so they see every finished run)."""
         self._drain()
         if self._errors:
-            err = self._errors.pop(0)
-            raise TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued") from err
+            errors, self._errors = self._errors, []
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise TracememError(f"{errors[0]}{more}") from errors[0]
 
     def close(self) -> None:
         if self._closed:
@@ -221,6 +253,8 @@ class Store:
                 self._writer.join(timeout=5)
             with self.lock:
                 self.con.close()
+            if self._snapshot_dir is not None:
+                shutil.rmtree(self._snapshot_dir, ignore_errors=True)
 
     # -- reading ------------------------------------------------------------------
     def _cursor(self) -> duckdb.DuckDBPyConnection:
@@ -250,7 +284,7 @@ class Store:
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
              limit: int = 100, include_children: bool = False) -> list[dict[str, Any]]:
-        """Run summaries, newest first, filtered."""
+        """Run summaries, newest first, filtered (naive datetimes are UTC, as run times are stored)."""
         where, params = [], []
         for column, value in (("pipeline", pipeline), ("status", status), ("subject", subject)):
             if value is not None:
@@ -258,10 +292,10 @@ class Store:
                 params.append(value)
         if since is not None:
             where.append("started_at >= ?")
-            params.append(since)
+            params.append(utc_naive(since))
         if until is not None:
             where.append("started_at < ?")
-            params.append(until)
+            params.append(utc_naive(until))
         if not include_children:
             where.append("parent_run_id IS NULL")
         clause = ("WHERE " + " AND ".join(where)) if where else ""
@@ -318,6 +352,26 @@ class _NoDDL:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
+
+
+def _close_at_exit(ref: "weakref.ref[Store]") -> None:
+    store = ref()
+    if store is not None:
+        try:
+            store.close()
+        except TracememError as err:  # at exit there is no caller left to raise to
+            print(f"tracemem: {err}", file=sys.stderr)
+
+
+def _run_batch(embedder: Any, run: Run, extra: bool) -> Batch:
+    batch = Batch()
+    if extra:
+        batch.add_run(run)
+    else:
+        batch.rows["runs"].append(run_row(run))
+        batch.add_steps(run.run_id, run.steps, run.reads, run.writes, run.decisions)
+    batch.add_embeddings(embedding_rows(embedder, [run]))
+    return batch
 
 
 def _alive(pid: Optional[int]) -> bool:

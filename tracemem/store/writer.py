@@ -19,6 +19,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+import duckdb
 import pyarrow as pa
 
 from ..errors import TracememError
@@ -156,8 +157,17 @@ class StoreSink:
         if self.durability == "stage":
             batch = Batch()
             batch.add_steps(run.run_id, [step], reads, writes, [decision] if decision else [])
-            batch.add_extra(rows)
-            self.store._write_now(batch)
+            try:
+                batch.add_extra(rows)
+                self.store._write_now(batch)
+            except (TracememError, pa.ArrowException, duckdb.ConversionException) as err:
+                # rows that do not fit their tables must not cost the step: write it without them
+                batch.rows.update({t: [] for t in EXTRA_TABLES})
+                self.store._write_now(batch)
+                self.store._errors.append(TracememError(
+                    f"stage '{step.stage}' of run {run.run_id} emitted rows that do not fit their tables "
+                    f"({', '.join(sorted({t for t, _ in rows if not t.startswith('_')}))}): {err}; "
+                    f"the step was written without them"))
 
     def end_run(self, run: Run) -> None:
         if self.durability == "stage":
