@@ -23,6 +23,7 @@ Rule = tuple[str, Callable[[Any], bool], str]
 
 
 def decide(scope: Any, rules: Sequence[Rule], default: str | None = None) -> str:
+    """Choose a branch by the first matching rule; the evidence of every rule is recorded."""
     if not isinstance(scope, ScopeView):
         raise TracememError("decide() must be called with the scope view a decider stage received")
     rec = scope._rec

@@ -46,6 +46,7 @@ class StageSpec:
 
 def stage_spec(fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
                description: Optional[str] = None, kind: str = "stage", tool: bool = False) -> StageSpec:
+    """Describe a stage function: id, name, async-ness, whether it takes the context."""
     if not callable(fn):
         raise PipelineError(f"a stage must be a function fn(scope) or fn(scope, ctx), got {fn!r}")
     inner = fn.func if isinstance(fn, functools.partial) else fn

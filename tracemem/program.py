@@ -237,6 +237,7 @@ class Program:
 
     # -- exports ----------------------------------------------------------------------
     def spec(self) -> dict[str, Any]:
+        """The graph as a JSON-able dict."""
         g = self.graph
         return {
             "name": self.pipeline.name,
@@ -247,6 +248,7 @@ class Program:
         }
 
     def mermaid(self) -> str:
+        """The graph as a Mermaid flowchart."""
         shapes = {"decider": ('{"', '"}'), "fork": ('{{"', '"}}'), "subflow": ('[["', '"]]'),
                   "loop": ('(("', '"))'), "start": ('(["', '"])'), "end": ('(["', '"])')}
         ids = {n: f"n{i}" for i, n in enumerate(self.graph.nodes)}
@@ -262,6 +264,7 @@ class Program:
         return "\n".join(lines)
 
     def fingerprint(self) -> str:
+        """A stable hash of the graph and every stage's code."""
         h = hashlib.sha256(json.dumps(self.spec(), sort_keys=True, default=str).encode())
         for spec in self.specs:
             h.update(spec.id.encode())

@@ -71,6 +71,7 @@ class Run:
 
     @property
     def ok(self) -> bool:
+        """True when the run finished without error."""
         return self.status == "ok"
 
     @property

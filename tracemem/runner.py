@@ -79,9 +79,11 @@ class Flow(Generic[S]):
         return f"<Flow {self.name} {self.hash} stages={len(self.program.specs)}>"
 
     def to_mermaid(self) -> str:
+        """The stage graph as a Mermaid flowchart."""
         return self.program.mermaid()
 
     def to_spec(self) -> dict[str, Any]:
+        """The stage graph as a JSON-able dict (nodes, edges, scope fields, hash)."""
         return {**self.program.spec(), "hash": self.hash}
 
     def run(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,

@@ -64,6 +64,7 @@ class ScopeSchema:
         self._sub_adapters: dict[Any, TypeAdapter | None] = {}
 
     def adapter(self, name: str) -> TypeAdapter:
+        """The validator of one top-level field (type and constraints)."""
         adapter = self._adapters.get(name)
         if adapter is None:
             info = self.model.model_fields[name]
@@ -89,6 +90,7 @@ class ScopeSchema:
         return cached  # type: ignore[return-value]
 
     def default(self, name: str) -> Any:
+        """The default value of a field (what deleting it restores)."""
         return self.model.model_fields[name].get_default(call_default_factory=True, validated_data={})
 
     def dump(self, root: str, value: Any, salt: bytes) -> str:
@@ -141,6 +143,7 @@ def _fallback(value: Any) -> Any:
 
 
 def redact(value: Any, salt: bytes) -> str:
+    """The recorded form of a secret: a marker and a salted hash, never the value."""
     raw = value.get_secret_value() if isinstance(value, (SecretStr, SecretBytes)) else value
     if isinstance(raw, str):
         raw = raw.encode()
@@ -151,6 +154,7 @@ def redact(value: Any, salt: bytes) -> str:
 
 
 def short_error(err: ValidationError) -> str:
+    """The first pydantic error as one readable line."""
     first = err.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()))
     return f"{first['msg']}" + (f" (at {where})" if where else "") + (
@@ -162,6 +166,7 @@ _SCHEMAS: dict[type, ScopeSchema] = {}
 
 
 def schema_for(model: type[BaseModel]) -> ScopeSchema:
+    """The cached ScopeSchema of a pydantic model."""
     schema = _SCHEMAS.get(model)
     if schema is None:
         if not (isinstance(model, type) and issubclass(model, BaseModel)):

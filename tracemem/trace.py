@@ -155,6 +155,7 @@ class Trace:
         return influence(self, embedder)
 
     def to_json(self) -> dict[str, Any]:
+        """The trace as a JSON-able dict of nodes and edges."""
         return {
             "run_id": self.run_id, "path": self.path, "root": self.root, "missing": self.missing,
             "truncated": self.truncated,
@@ -163,6 +164,7 @@ class Trace:
         }
 
     def to_mermaid(self) -> str:
+        """The trace as a Mermaid flowchart (dependencies point up to what they produced)."""
         ids = {n: f"t{i}" for i, n in enumerate(self.graph.nodes)}
         lines = ["flowchart BT"]
         for n, d in self.graph.nodes(data=True):
@@ -183,6 +185,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def describe(d: dict[str, Any]) -> str:
+    """One line for a trace node, as `explain()` prints it."""
     for describer in DESCRIBERS:
         text = describer(d)
         if text is not None:
@@ -347,6 +350,7 @@ class _Walker:
 
 def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
               cross_runs: bool = True) -> Trace:
+    """Build the Trace of the last write of `path` in `run` (see the module docstring)."""
     trace = Trace(run, path)
     walker = _Walker(trace, max_depth, max_nodes, cross_runs)
     idx = walker.indexes[run.run_id]
