@@ -154,7 +154,7 @@ def test_a_run_with_bad_rows_never_blocks_the_others():
     for durability in ("run", "stage"):
         with Store(":memory:", durability=durability) as store:
             run = Pipeline("bad", T).then(bad).then(bump).build().run({}, store=store)
-            with pytest.raises(TracememError, match=r"model_calls.*without them|without its model_calls rows"):
+            with pytest.raises(TracememError, match=r"model_calls.*without them|without its model_calls"):
                 store.flush()
             store.flush()  # reported once, not forever
             good = THREADED.run({}, store=store)
@@ -162,6 +162,31 @@ def test_a_run_with_bad_rows_never_blocks_the_others():
             loaded = store.run(run.run_id)
             assert [s.stage for s in loaded.steps] == ["bad", "bump"] and loaded.state_at().n == 2
             assert store.sql("SELECT count(*) FROM model_calls").fetchall()[0][0] == 0
+
+
+class BrokenEmbedder:
+    embedder_id = "broken"
+    dim = 8
+
+    def embed(self, texts):
+        raise RuntimeError("embedding service down")
+
+
+class Asked(BaseModel):
+    question: str = ""
+    n: int = 0
+
+
+@pytest.mark.parametrize("durability", ["run", "stage"])
+def test_a_failing_snapshot_embedder_never_costs_the_run(durability):
+    flow = Pipeline("asked", Asked, query="question").then(lambda s: setattr(s, "n", 1), id="work").build()
+    with Store(":memory:", durability=durability, snapshot_embedder=BrokenEmbedder()) as store:
+        run = flow.run({"question": "why?"}, store=store)
+        with pytest.raises(TracememError, match="without its query embedding.*embedding service down"):
+            store.flush()
+        (row,) = store.runs()
+        assert row["run_id"] == run.run_id and row["status"] == "ok" and row["steps"] == 1
+        assert store.sql("SELECT count(*) FROM run_embeddings").fetchall()[0][0] == 0
 
 
 def test_queued_runs_are_written_when_the_process_exits_without_close(tmp_path):
@@ -178,6 +203,21 @@ def test_queued_runs_are_written_when_the_process_exits_without_close(tmp_path):
     with Store(path, read_only=True) as store:
         assert store.sql("SELECT count(*) FROM runs WHERE status = 'ok'").fetchall()[0][0] == 50
         assert store.sql("SELECT count(*) FROM steps").fetchall()[0][0] == 100
+
+
+@pytest.mark.parametrize("durability", ["run", "stage"])
+def test_keyboard_interrupt_records_the_run_as_interrupted_with_its_finished_steps(tmp_path, durability):
+    def stop(s):
+        raise KeyboardInterrupt
+
+    flow = Pipeline("stopped", T).then(bump).then(stop).then(bump, id="never").build()
+    with Store(str(tmp_path / "k.duckdb"), durability=durability) as store:
+        with pytest.raises(KeyboardInterrupt):
+            flow.run({"n": 5}, store=store)
+        (row,) = store.runs()
+        assert row["status"] == "interrupted" and "KeyboardInterrupt" in row["error"]
+        run = store.run(row["run_id"])
+        assert [s.stage for s in run.steps if s.status == "ok"] == ["bump"] and run.state_at().n == 6
 
 
 # -- threads ------------------------------------------------------------------------------------
@@ -318,6 +358,7 @@ def test_same_process_stores_share_a_new_file_and_readers_get_a_clear_answer(tmp
     path = str(tmp_path / "same.duckdb")
     with Store(path) as writer:  # creates the file
         run = THREADED.run({}, store=writer)
+        writer.flush()  # each Store writes its own queue
         with Store(path) as second:  # a second Store on it in this process works
             assert [r["run_id"] for r in second.runs()] == [run.run_id]
         with pytest.raises(StoreLockedError, match="already open for writing in this process"):

@@ -42,7 +42,8 @@ def decide(scope: Any, rules: Sequence[Rule], default: str | None = None) -> str
             "rule": label,
             "branch": branch,
             "matched": matched,
-            "read": {path: pydantic_core.to_jsonable_python(value, fallback=repr) for path, value in captured},
+            "read": {path: "<redacted>" if path in rec.state.schema.secret
+                     else pydantic_core.to_jsonable_python(value, fallback=repr) for path, value in captured},
         })
         if matched and chosen is None:
             chosen = branch

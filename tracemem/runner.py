@@ -292,12 +292,24 @@ class _Execution:
         if ctx is None:
             ctx = getattr(rec, "ctx", None)  # the context of a stage that raised
         message = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
+        message = self._without_secrets(str(message))
         step = Step(rec.step, spec.id, spec.name, kind or spec.kind, iteration, "failed", message, started,
                     time.time_ns(), routed, child_run_id, tuple(ctx._logs) if ctx else ())
         self._record(step, rec, None, writes=[])
         if isinstance(error, TracememError) and not isinstance(error, StageError):
             return _Abort(message, error)
-        return _Abort(str(StageError(spec.id, self.run.run_id, error)), error)
+        return _Abort(self._without_secrets(str(StageError(spec.id, self.run.run_id, error))), error)
+
+    def _without_secrets(self, text: str) -> str:
+        """Error text is recorded: a secret field's value quoted in it is masked."""
+        for name in self.flow.schema.secret:
+            value = self.state.data.get(name)
+            raw = value.get_secret_value() if hasattr(value, "get_secret_value") else value
+            if isinstance(raw, bytes):
+                raw = raw.decode(errors="ignore")
+            if isinstance(raw, str) and len(raw) >= 4 and raw in text:
+                text = text.replace(raw, "<redacted>")
+        return text
 
     def _record(self, step: Step, rec: StageScope, decision: Optional[Decision],
                 writes: Optional[list[Write]] = None) -> None:
@@ -525,8 +537,9 @@ class _Execution:
             raise self._fail(spec, rec, iteration, started, routed, err,
                              child_run_id=child.run_id if child else None)
         self._commit(rec)
+        mapping = f"subflow outputs {json.dumps(dict(node.outputs))}"  # kept in the file for backtracking
         self._record(Step(rec.step, spec.id, spec.name, "subflow", iteration, "ok", None, started, time.time_ns(),
-                          routed, child.run_id), rec, None)
+                          routed, child.run_id, (mapping,)), rec, None)
 
 
 def _always(scope: Any) -> bool:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 SourceHook = Callable[["_Walker", "RunIndex", int, str, int], None]
 SOURCE_HOOKS: list[SourceHook] = []
 DESCRIBERS: list[Callable[[dict[str, Any]], Optional[str]]] = []  # render extension node kinds
-_EDGE_ORDER = {"source": 0, "provenance": 1, "data": 2, "compose": 3, "control": 4}
+_EDGE_ORDER = {"source": 0, "provenance": 1, "subflow": 2, "data": 3, "compose": 4, "control": 5}
 
 
 class RunIndex:
@@ -317,6 +317,29 @@ class _Walker:
                  stage=decider.stage, chosen=d.chosen, evidence=d.evidence)
         self.link(node, child, "control")
 
+    def into_subflow(self, node: str, idx: RunIndex, w: Write, depth: int) -> None:
+        """A value a subflow step wrote came from the child run's output field it was mapped from."""
+        step = idx.steps[w.step]
+        child_id = step.child_run_id
+        child_run = next((c for c in idx.run.children if c.run_id == child_id), None)
+        child = self.index(child_id, child_run)  # type: ignore[arg-type]
+        flow = idx.run._flow or (getattr(self.store, "_flows", {}) or {}).get(idx.run.pipeline)
+        outputs = next((i.node.outputs for i in flow.program.ins if i.op == "subflow" and i.id == step.stage),
+                       None) if flow is not None else None
+        if outputs is None:  # recorded by the runner: "subflow outputs {json}"
+            line = next((entry for entry in step.logs if entry.startswith("subflow outputs ")), None)
+            outputs = json.loads(line[len("subflow outputs "):]) if line else None
+        source_field = (outputs or {}).get(parse_path(w.path)[0])
+        if child is None or source_field is None:
+            target = f"run:{child_id}"
+            if self.add(target, depth + 1, None, None, kind="run", run_id=child_id, via="subflow"):
+                self.link(node, target, "subflow")
+            return
+        source = child.last_write(source_field)
+        target = self.write_node(child, source, depth + 1) if source is not None else \
+            self.origin(child, source_field, depth + 1)
+        self.link(node, target, "subflow")
+
     def expand(self, node: str, depth: int, idx: RunIndex, item: Any) -> None:
         what = item[0]
         if what == "write":
@@ -330,6 +353,8 @@ class _Walker:
                 else:
                     self.link(node, self.origin(idx, root, depth + 1), "compose")
             self.control(node, idx, w.step, depth)
+            if idx.steps[w.step].child_run_id:
+                self.into_subflow(node, idx, w, depth)
             for hook in SOURCE_HOOKS:
                 hook(self, idx, w.step, node, depth)  # type: ignore[call-arg]
         elif what in ("decision", "step"):

@@ -26,6 +26,7 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
               started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
     run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
     run.query, run.trace_id, run.store, run.continues = query, trace_id, store, continues
+    run._flow = store._flows.get(pipeline)
     run.steps = [Step(*row[:11], tuple(row[11] or ())) for row in con.execute(
         "SELECT step, stage, name, kind, iteration, status, error, epoch_ns(started_at), epoch_ns(ended_at), "
         "routed_by, child_run_id, logs FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]

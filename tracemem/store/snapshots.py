@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..errors import TracememError
 from ..run import Run
 
 
@@ -75,7 +76,9 @@ class SnapshotIndex:
             return []
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if q.shape[0] != matrix.shape[1]:
-            return []
+            raise TracememError(
+                f"query vector has {q.shape[0]} dimensions but runs of '{pipeline}' embedded with '{embedder_id}' "
+                f"have {matrix.shape[1]}; one embedder id must always mean one vector space")
         norm = float(np.linalg.norm(q))
         scores = matrix @ (q / norm if norm else q)
         skip = set(exclude)

@@ -51,7 +51,7 @@ class Store:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
-        self.flush_interval = flush_interval
+        self.flush_interval = flush_interval  # 0: each run is on disk before flow.run returns
         self.snapshot_of: Optional[str] = None
         self._snapshot_dir: Optional[str] = None
         self.lock = threading.RLock()
@@ -59,6 +59,7 @@ class Store:
         self.con = self._connect(snapshot_if_locked)
         self._local = threading.local()
         self._schemas: dict[str, Any] = {}
+        self._flows: dict[str, Any] = {}  # pipelines run in this process, for backtracking into subflows
         self._pending: list[Run] = []
         self._cv = threading.Condition()
         self._drain_lock = threading.Lock()
@@ -167,16 +168,20 @@ class Store:
                 self.snapshots.added(batch.rows["run_embeddings"])
 
     def _finish_run_now(self, run: Run) -> None:
-        rows = embedding_rows(self.snapshot_embedder, [run])
-        if rows:
-            batch = Batch()
-            batch.add_embeddings(rows)
-            self._write_now(batch)
         with self.lock:
             self.con.execute(
                 "UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, query = ?, "
                 "trace_id = ? WHERE run_id = ?",
                 [run.status, run.error, run.ended_at, run.output_json, run.query, run.trace_id, run.run_id])
+        try:  # after the run is complete on disk: a failing embedder must not leave it 'running'
+            rows = embedding_rows(self.snapshot_embedder, [run])
+            if rows:
+                batch = Batch()
+                batch.add_embeddings(rows)
+                self._write_now(batch)
+        except Exception as err:  # raised by the next flush()
+            self._errors.append(TracememError(
+                f"run {run.run_id} of '{run.pipeline}' was written without its query embedding: {err}"))
 
     def _enqueue(self, run: Run) -> None:
         with self._cv:
@@ -213,8 +218,8 @@ class Store:
 
     def _write_each(self, runs: list[Run]) -> None:
         """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
-        extra rows (e.g. a `model_calls` row with a wrong type) cannot be written is written without
-        them; a run that still fails is kept queued. Errors are raised by the next flush()."""
+        extra rows (e.g. a `model_calls` row with a wrong type) or query embedding cannot be written is
+        written without them; a run that still fails is kept queued. Errors are raised by the next flush()."""
         for i, run in enumerate(runs):
             try:
                 self._write_now(_run_batch(self.snapshot_embedder, run, extra=True))
@@ -223,9 +228,10 @@ class Store:
                 first = err
             try:
                 self._write_now(_run_batch(self.snapshot_embedder, run, extra=False))
+                extra = ", ".join(sorted(run.rows) + (["query embedding"] if run.query else []))
                 self._errors.append(TracememError(
-                    f"run {run.run_id} of '{run.pipeline}' was written without its {', '.join(sorted(run.rows))} "
-                    f"rows, which do not fit their tables: {first}"))
+                    f"run {run.run_id} of '{run.pipeline}' was written without its {extra}, which could not be "
+                    f"written: {first}"))
             except BaseException as err:  # kept and raised by the next flush()
                 with self._cv:
                     self._pending[:0] = runs[i:]
@@ -367,10 +373,10 @@ def _run_batch(embedder: Any, run: Run, extra: bool) -> Batch:
     batch = Batch()
     if extra:
         batch.add_run(run)
+        batch.add_embeddings(embedding_rows(embedder, [run]))
     else:
         batch.rows["runs"].append(run_row(run))
         batch.add_steps(run.run_id, run.steps, run.reads, run.writes, run.decisions)
-    batch.add_embeddings(embedding_rows(embedder, [run]))
     return batch
 
 

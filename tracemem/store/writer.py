@@ -7,6 +7,8 @@ hundreds of rows a second, Arrow batches hundreds of thousands.
 Durability "run" (default): a finished run is queued whole and written by a
 background thread within `flush_interval` seconds (and on flush/close/exit), so
 a crash loses at most the runs of that last interval and never half a run.
+`flush_interval=0` writes each run before `flow.run` returns (one DuckDB
+transaction per run: ~0.5 ms here, against ~0.01 ms per stage batched).
 Durability "stage": the run row is written when the run starts, and each step's
 rows are on disk before the next stage starts; reopening a file after a crash
 marks such a run `interrupted`.
@@ -17,7 +19,7 @@ import json
 import os
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -80,20 +82,33 @@ def extra_row(table: str, row: dict[str, Any]) -> tuple:
                  else row.get(c) for c, t in cols)
 
 
+COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
+
+
 class Batch:
-    """Rows waiting to be inserted, per table."""
+    """Rows waiting to be inserted: `rows` per table, and for the hot tables `cols`,
+    filled column-wise straight from the run's record tuples (no per-row Python work)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in COLUMNS[t]] for t in COLUMNAR}
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self.rows.values())
+        return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
 
-    def add_steps(self, run_id: str, steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
+    def _columns(self, table: str, run_id: str, records: Sequence[tuple]) -> None:
+        if not records:
+            return
+        cols = self.cols[table]
+        cols[0].extend([run_id] * len(records))
+        for target, values in zip(cols[1:], zip(*records)):
+            target.extend(values)
+
+    def add_steps(self, run_id: str, steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
                   decisions: Iterable[Decision]) -> None:
-        self.rows["steps"].extend((run_id, *s[:11], list(s.logs)) for s in steps)
-        self.rows["reads"].extend((run_id, *r) for r in reads)
-        self.rows["writes"].extend((run_id, *w) for w in writes)
+        self._columns("steps", run_id, steps)
+        self._columns("reads", run_id, reads)
+        self._columns("writes", run_id, writes)
         self.rows["decisions"].extend((run_id, d.step, d.chosen, _json(d.evidence)) for d in decisions)
 
     def add_extra(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
@@ -114,11 +129,11 @@ class Batch:
         """Insert everything as one transaction of one Arrow batch per table."""
         con.execute("BEGIN TRANSACTION")
         try:
-            for table, rows in self.rows.items():
-                if not rows:
-                    continue
+            tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
+            tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
+            for table, columns in tables:
                 cols = COLUMNS[table]
-                arrays = [pa.array(list(values), type=t) for (_, t), values in zip(cols, zip(*rows))]
+                arrays = [pa.array(values, type=t) for (_, t), values in zip(cols, columns)]
                 batch = pa.Table.from_arrays(arrays, names=[c for c, _ in cols])
                 con.register("_tracemem_batch", batch)
                 try:
@@ -143,6 +158,8 @@ class StoreSink:
 
     def begin_run(self, run: Run) -> None:
         self.store._schemas.setdefault(run.pipeline, run.schema)
+        if run._flow is not None:
+            self.store._flows[run.pipeline] = run._flow
         if self.durability == "stage":
             batch = Batch()
             batch.rows["runs"].append(run_row(run))
@@ -174,3 +191,5 @@ class StoreSink:
             self.store._finish_run_now(run)
         else:
             self.store._enqueue(run)
+            if self.store.flush_interval <= 0:  # synchronous: flow.run returns once its run is on disk
+                self.store._drain()
