@@ -104,6 +104,7 @@ def main() -> None:
     plain = [make_plain(i) for i in range(STAGES)]
     store_run = Store(os.path.join(folder, "run.duckdb"), durability="run")
     store_stage = Store(os.path.join(folder, "stage.duckdb"), durability="stage")
+    store_sync = Store(os.path.join(folder, "sync.duckdb"), durability="run", flush_interval=0)
 
     def run_plain() -> None:
         d = {f: i for i, f in enumerate(FIELDS)}
@@ -115,7 +116,8 @@ def main() -> None:
         "plain python (dict)": (lambda: run_plain(), None, args.runs),
         "engine only (no store)": (lambda: flow.run({}), None, args.runs),
         "store, durability=run": (lambda: flow.run({}, store=store_run), store_run.flush, args.runs),
-        "store, durability=stage": (lambda: flow.run({}, store=store_stage), None, stage_runs),
+        "store, run, flush_interval=0": (lambda: flow.run({}, store=store_sync), store_sync.flush, stage_runs),
+        "store, durability=stage": (lambda: flow.run({}, store=store_stage), store_stage.flush, stage_runs),
     }
     results: dict[str, list[float]] = {k: [] for k in variants}
     flow.run({}, store=store_run)
@@ -141,7 +143,7 @@ def main() -> None:
     elapsed = time.perf_counter() - start
     print(f"\n## ingest: {rows:,} rows from {len(runs):,} runs in {elapsed * 1000:.0f} ms = "
           f"{rows / elapsed:,.0f} events/s (goal ≥ 100,000/s)")
-    for s in (store_run, store_stage, ingest):
+    for s in (store_run, store_stage, store_sync, ingest):
         s.close()
 
     points = chat_growth(args.turns, folder)

@@ -380,3 +380,43 @@ def test_file_is_usable_after_the_holder_exits(tmp_path):
     con = duckdb.connect(path, read_only=True)  # plain DuckDB reads the file too
     assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 4
     con.close()
+
+
+JOURNAL_CHILD = """
+import os, sys
+sys.path.insert(0, {root!r})
+from pydantic import BaseModel
+from tracemem import Pipeline
+from tracemem.store import Store
+
+class J(BaseModel):
+    n: int = 0
+    log: list[str] = []
+
+def one(s): s.n = 1; s.log.append("one")
+def two(s): s.n = s.n + 1; s.log.append("two")
+
+store = Store({path!r}, durability={durability!r}, flush_interval={interval!r})
+store._enqueue = lambda run: None  # the process dies before its writer moves the run into the tables
+run = Pipeline("journal", J).then(one).then(two).build().run({{}}, store=store)
+print(run.run_id, flush=True)
+os._exit(0)  # no close(), no atexit: like a crash right after flow.run returned
+"""
+
+
+@pytest.mark.parametrize("durability, interval", [("stage", 0.05), ("run", 0)])
+def test_journal_recovers_a_finished_run_whose_writer_never_ran(tmp_path, durability, interval):
+    """A run journaled durably (each stage, or whole with flush_interval=0) survives its process."""
+    path = str(tmp_path / "j.duckdb")
+    script = tmp_path / "child.py"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script.write_text(JOURNAL_CHILD.format(root=root, path=path, durability=durability, interval=interval))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split()[0]
+    with Store(path) as store:
+        run = store.run(run_id)
+        assert run.status == "ok"
+        assert [s.stage for s in run.steps] == ["one", "two"]
+        assert run.value_at("log") == ["one", "two"] and run.value_at("n") == 2
+        assert store.sql("SELECT count(*) FROM step_journal").fetchall()[0][0] == 0

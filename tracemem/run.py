@@ -52,6 +52,11 @@ class Run:
         self.trace_id: Optional[str] = None
         self.continues: Optional[str] = None  # the run whose final state this run started from
         self._previous: Optional["Run"] = None
+        self._journal: Optional[str] = None  # "stage"/"run": journaled by the store, moved to the tables later
+        # durability "stage": how much of the record has reached the tables, and how much is complete
+        # (counts of steps, reads, writes, decisions, and extra rows per table)
+        self._written: Optional[tuple] = None
+        self._mark: Optional[tuple] = None
         self._flow: Any = None  # the live Flow (for sinks needing stage facts, e.g. OTel tool spans)
         self.store: Any = None  # the Store it was recorded into, for cross-run backtracking
 

@@ -54,6 +54,7 @@ V2_MIGRATION: list[str] = [
     "ALTER TABLE runs ADD COLUMN continues_run_id VARCHAR",
     """CREATE TABLE snapshot_uses (
         run_id VARCHAR, step INTEGER, source_run_id VARCHAR, score DOUBLE, projection VARCHAR, query VARCHAR)""",
+    "CREATE TABLE step_journal (run_id VARCHAR, step INTEGER, kind VARCHAR, payload VARCHAR)",
     """CREATE TABLE run_embeddings (
         run_id VARCHAR, pipeline VARCHAR, embedder_id VARCHAR, query VARCHAR, embedding FLOAT[],
         created_at TIMESTAMP_NS)""",
@@ -62,7 +63,7 @@ V2_MIGRATION: list[str] = [
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
-              "memory_uses", "snapshot_uses", "run_embeddings")
+              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal")
 ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
 
 

@@ -13,9 +13,11 @@ snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -34,7 +36,8 @@ from .retention import PruneReport, export, prune
 from .rows import utc_naive
 from .schema import _meta, _set_meta, open_schema
 from .snapshots import SnapshotIndex, embedding_rows
-from .writer import Batch, StoreSink, run_row
+from .journal import recover
+from .writer import Batch, StoreSink
 
 
 class StoreLockedError(TracememError):
@@ -61,6 +64,7 @@ class Store:
         self._schemas: dict[str, Any] = {}
         self._flows: dict[str, Any] = {}  # pipelines run in this process, for backtracking into subflows
         self._pending: list[Run] = []
+        self._inflight: dict[str, Run] = {}  # durability "stage" runs still running
         self._cv = threading.Condition()
         self._drain_lock = threading.Lock()
         self._writer: Optional[threading.Thread] = None
@@ -139,10 +143,15 @@ class Store:
     def _mark_interrupted(self) -> list[str]:
         """Runs left 'running' by a process that is gone (a crash under durability 'stage')."""
         rows = self.con.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'").fetchall()
-        import socket
-
-        dead = [r[0] for r in rows if not (r[2] == socket.gethostname() and (r[1] == os.getpid() or _alive(r[1])))]
-        for run_id in dead:
+        here = socket.gethostname()
+        dead = [r[0] for r in rows if not (r[2] == here and (r[1] == os.getpid() or _alive(r[1])))]
+        # runs journaled whole (flush_interval=0) whose process ended before its writer moved them
+        orphans = [run_id for run_id, payload in self.con.execute(
+            "SELECT run_id, payload FROM step_journal WHERE kind = 'run' AND run_id NOT IN "
+            "(SELECT run_id FROM runs)").fetchall()
+            if not _owned_here(json.loads(payload)["run"], here)]
+        unended = recover(self.con, dead + orphans)
+        for run_id in unended:
             self.con.execute("UPDATE runs SET status = 'interrupted', error = 'process ended before the run did' "
                              "WHERE run_id = ?", [run_id])
         return dead
@@ -167,21 +176,10 @@ class Store:
             if batch.rows["run_embeddings"]:
                 self.snapshots.added(batch.rows["run_embeddings"])
 
-    def _finish_run_now(self, run: Run) -> None:
+    def _journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
+        """One durable journal row (see store/journal.py)."""
         with self.lock:
-            self.con.execute(
-                "UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, query = ?, "
-                "trace_id = ? WHERE run_id = ?",
-                [run.status, run.error, run.ended_at, run.output_json, run.query, run.trace_id, run.run_id])
-        try:  # after the run is complete on disk: a failing embedder must not leave it 'running'
-            rows = embedding_rows(self.snapshot_embedder, [run])
-            if rows:
-                batch = Batch()
-                batch.add_embeddings(rows)
-                self._write_now(batch)
-        except Exception as err:  # raised by the next flush()
-            self._errors.append(TracememError(
-                f"run {run.run_id} of '{run.pipeline}' was written without its query embedding: {err}"))
+            self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
 
     def _enqueue(self, run: Run) -> None:
         with self._cv:
@@ -196,7 +194,7 @@ class Store:
         while True:
             with self._cv:
                 if not self._pending and not self._closed:
-                    self._cv.wait(self.flush_interval)
+                    self._cv.wait(self.flush_interval if self.flush_interval > 0 else 0.05)
                 if self._closed and not self._pending:
                     return
             self._drain()
@@ -238,8 +236,26 @@ class Store:
                 self._errors.append(TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued"))
                 return
 
+    def _materialize(self) -> None:
+        """Move the finished stages of running "stage" runs from the journal into their tables,
+        so a query sees every finished stage (runs end up whole either way)."""
+        with self._drain_lock:
+            for run in list(self._inflight.values()):
+                mark = run._mark
+                if mark is None or mark == run._written:
+                    continue
+                batch = Batch()
+                batch.add_part(run, run._written, mark)
+                start = run._written[0] if run._written else 0
+                batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:mark[0]]]))
+                self._write_now(batch)
+                run._written = mark
+
     def flush(self) -> None:
-        """Write every queued run now (queries call this first, so they see every finished run)."""
+        """Write every queued run now (queries call this first, so they see every finished run,
+        and every finished stage of runs recorded with durability "stage")."""
+        if self._inflight:
+            self._materialize()
         self._drain()
         if self._errors:
             errors, self._errors = self._errors, []
@@ -371,13 +387,16 @@ def _close_at_exit(ref: "weakref.ref[Store]") -> None:
 
 def _run_batch(embedder: Any, run: Run, extra: bool) -> Batch:
     batch = Batch()
+    batch.add_run(run, extra=extra)
     if extra:
-        batch.add_run(run)
         batch.add_embeddings(embedding_rows(embedder, [run]))
-    else:
-        batch.rows["runs"].append(run_row(run))
-        batch.add_steps(run.run_id, run.steps, run.reads, run.writes, run.decisions)
     return batch
+
+
+def _owned_here(row: list, host: str) -> bool:
+    """Whether a journaled run row (writer.COLUMNS["runs"] order) belongs to a live process here."""
+    pid, row_host = row[11], row[12]
+    return row_host == host and (pid == os.getpid() or _alive(pid))
 
 
 def _alive(pid: Optional[int]) -> bool:

@@ -21,7 +21,6 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
-import duckdb
 import pyarrow as pa
 
 from ..errors import TracememError
@@ -72,6 +71,12 @@ def run_row(run: Run) -> tuple:
             run.subject, run.query, run.trace_id, run.continues)
 
 
+def end_facts(run: Run) -> dict[str, Any]:
+    """What the runs row learns when a run ends."""
+    return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
+            "query": run.query, "trace_id": run.trace_id}
+
+
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
     cols = COLUMNS[table]
     unknown = set(row) - {c for c, _ in cols}
@@ -92,6 +97,9 @@ class Batch:
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in COLUMNS[t]] for t in COLUMNAR}
+        self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
+        self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
+        self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
@@ -119,11 +127,27 @@ class Batch:
     def add_embeddings(self, rows: list[tuple]) -> None:
         self.rows["run_embeddings"].extend(rows)
 
-    def add_run(self, run: Run) -> None:
-        self.rows["runs"].append(run_row(run))
-        self.add_steps(run.run_id, run.steps, run.reads, run.writes, run.decisions)
-        for table, rows in run.rows.items():
-            self.add_extra((table, r) for r in rows)
+    def add_run(self, run: Run, extra: bool = True) -> None:
+        """A finished run; one journaled under durability "stage" already has its runs row,
+        and maybe some steps in the tables (`run._written`)."""
+        if run._journal == "stage":
+            self.finished.append((run.run_id, end_facts(run)))
+        else:
+            self.rows["runs"].append(run_row(run))
+        if run._journal is not None:
+            self.journaled.append(run.run_id)
+        self.add_part(run, run._written, None, extra)
+
+    def add_part(self, run: Run, start: Optional[tuple], end: Optional[tuple], extra: bool = True) -> None:
+        """The run's record between two marks (None: its start / its end)."""
+        s = start or (0, 0, 0, 0, {})
+        e = end or (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
+                    {t: len(rows) for t, rows in run.rows.items()})
+        self.add_steps(run.run_id, run.steps[s[0]:e[0]], run.reads[s[1]:e[1]], run.writes[s[2]:e[2]],
+                       run.decisions[s[3]:e[3]])
+        if extra:
+            for table, count in e[4].items():
+                self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
 
     def insert(self, con: Any) -> None:
         """Insert everything as one transaction of one Arrow batch per table."""
@@ -141,6 +165,17 @@ class Batch:
                                 f"SELECT * FROM _tracemem_batch")
                 finally:
                     con.unregister("_tracemem_batch")
+            for run_id, end in self.finished:
+                con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
+                            "query = ?, trace_id = ? WHERE run_id = ?",
+                            [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
+                             end["trace_id"], run_id])
+            if self.journaled:
+                con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [self.journaled])
+            for run_id, steps in self.journaled_steps:
+                con.execute("DELETE FROM step_journal WHERE run_id = ? AND kind = 'step' AND step IN "
+                            "(SELECT unnest(?::INTEGER[]))", [run_id, steps])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -164,6 +199,7 @@ class StoreSink:
             batch = Batch()
             batch.rows["runs"].append(run_row(run))
             self.store._write_now(batch)
+            self.store._inflight[run.run_id] = run
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -171,25 +207,21 @@ class StoreSink:
             if table not in EXTRA_TABLES and not table.startswith("_"):
                 raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
                                     f"known: {', '.join(sorted(EXTRA_TABLES))}")
-        if self.durability == "stage":
-            batch = Batch()
-            batch.add_steps(run.run_id, [step], reads, writes, [decision] if decision else [])
-            try:
-                batch.add_extra(rows)
-                self.store._write_now(batch)
-            except (TracememError, pa.ArrowException, duckdb.ConversionException) as err:
-                # rows that do not fit their tables must not cost the step: write it without them
-                batch.rows.update({t: [] for t in EXTRA_TABLES})
-                self.store._write_now(batch)
-                self.store._errors.append(TracememError(
-                    f"stage '{step.stage}' of run {run.run_id} emitted rows that do not fit their tables "
-                    f"({', '.join(sorted({t for t, _ in rows if not t.startswith('_')}))}): {err}; "
-                    f"the step was written without them"))
+        if self.durability == "stage":  # one journal insert; the run's rows reach their tables at its end
+            from .journal import step_entry
+
+            self.store._journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
+            run._mark = (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
+                         {t: len(r) for t, r in run.rows.items()})
 
     def end_run(self, run: Run) -> None:
+        from .journal import end_entry, run_entry
+
         if self.durability == "stage":
-            self.store._finish_run_now(run)
-        else:
-            self.store._enqueue(run)
-            if self.store.flush_interval <= 0:  # synchronous: flow.run returns once its run is on disk
-                self.store._drain()
+            self.store._journal(run.run_id, 2**31 - 1, "end", end_entry(run))
+            run._journal = "stage"
+            self.store._inflight.pop(run.run_id, None)
+        elif self.store.flush_interval <= 0:  # flow.run returns once its run is on disk
+            self.store._journal(run.run_id, 0, "run", run_entry(run))
+            run._journal = "run"
+        self.store._enqueue(run)
