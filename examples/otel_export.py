@@ -32,7 +32,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from pydantic import BaseModel
 
-import tracemem.otel
 from tracemem import Pipeline
 from tracemem.models import ScriptedModel
 

@@ -3,7 +3,7 @@ the model call, the prompt's [Memory] line and the memory to the run-1 step (and
 from __future__ import annotations
 
 import io
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 

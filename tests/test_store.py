@@ -7,7 +7,6 @@ import os
 from datetime import timedelta, timezone
 
 import duckdb
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel, Field, SecretStr

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from pydantic import BaseModel
 
 from .errors import TracememError
 from .paths import apply_write, parse_path

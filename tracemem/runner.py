@@ -10,26 +10,24 @@ import asyncio
 import json
 import os
 import time
-from .ids import new_id
-from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
-from typing import Any, Generic, Iterable, Mapping, Optional, Protocol, TypeVar
+from typing import Any, Generic, Mapping, Optional, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from .ids import new_id
 from .context import EMPTY, ReadOnlyArgs, StageContext
-from .errors import ForkConflictError, LoopLimitError, StageError, TracememError
-from .paths import Path, format_path
+from .errors import LoopLimitError, StageError, TracememError
 from .pipeline import Pipeline, StageSpec
 from .program import Ins, Program
 from .record import Decision, Read, Step, Write
 from .run import Run
 from .schema import ScopeSchema, schema_for
-from .scope import RunState, StageScope, apply_ops, unwrap, view_class
+from .fork import apply_ops, fork_conflict, run_branches
+from .scope import RunState, StageScope, unwrap, view_class
 
 S = TypeVar("S", bound=BaseModel)
 _PROCESS_SALT = os.urandom(16)
-_POOL: Optional[ThreadPoolExecutor] = None
 _DEFAULT_SINKS: list[Any] = []  # process-wide sinks (e.g. OpenTelemetry export)
 
 
@@ -49,13 +47,6 @@ class RunFailed(TracememError):
         super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
         self.run = run
         self.__cause__ = cause
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tracemem-fork")
-    return _POOL
 
 
 class Flow(Generic[S]):
@@ -444,41 +435,12 @@ class _Execution:
         routed = self._routed_by(ins)
         specs: list[StageSpec] = ins.node.branches
         begun = [self._begin(spec) for spec in specs]
-        outcomes: list[tuple[int, int, Any, Optional[BaseException]]]
-
-        def call_sync(i: int) -> tuple[int, int, Any, Optional[BaseException]]:
-            started = time.time_ns()
-            try:
-                coro = self._call(specs[i], begun[i][0], begun[i][1])
-                try:
-                    coro.send(None)
-                except StopIteration as done:
-                    return started, time.time_ns(), done.value[1], None
-                coro.close()
-                raise TracememError("internal: a sync fork branch suspended")
-            except Exception as err:
-                return started, time.time_ns(), None, err
-
-        async def call_async(i: int) -> tuple[int, int, Any, Optional[BaseException]]:
-            if not specs[i].is_async:
-                return await asyncio.to_thread(call_sync, i)
-            started = time.time_ns()
-            try:
-                _, ctx = await self._call(specs[i], begun[i][0], begun[i][1])
-                return started, time.time_ns(), ctx, None
-            except Exception as err:
-                return started, time.time_ns(), None, err
-
-        if self.async_mode:
-            outcomes = list(await asyncio.gather(*(call_async(i) for i in range(len(specs)))))
-        else:
-            futures = [_pool().submit(call_sync, i) for i in range(1, len(specs))]
-            outcomes = [call_sync(0)] + [f.result() for f in futures]
+        outcomes = await run_branches(self, specs, begun)
 
         failure: Optional[BaseException] = next((o[3] for o in outcomes if o[3] is not None), None)
         failed_at = next((i for i, o in enumerate(outcomes) if o[3] is not None), -1)
         if failure is None:
-            failure, pair = _fork_conflict(specs, [b[0] for b in begun])
+            failure, pair = fork_conflict(specs, [b[0] for b in begun])
         decision, next_pc = None, pc + 1
         breaker = next((i for i, o in enumerate(outcomes) if o[2] is not None and o[2]._break is not None), -1)
         if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
@@ -544,24 +506,3 @@ class _Execution:
 
 def _always(scope: Any) -> bool:
     return True
-
-
-def _fork_conflict(specs: list[StageSpec], recs: list[StageScope]
-                   ) -> tuple[Optional[ForkConflictError], Any]:
-    """Two branches conflict when one sets/deletes a path the other also touches (appends merge)."""
-    touched: list[tuple[list[Path], list[Path]]] = []
-    for rec in recs:
-        sets = [p for p, verb, _ in rec.ops if verb != "append"]
-        appends = [p for p, verb, _ in rec.ops if verb == "append"]
-        touched.append((sets, appends))
-    for i in range(len(recs)):
-        for j in range(i + 1, len(recs)):
-            for p in touched[i][0]:
-                for q in touched[j][0] + touched[j][1]:
-                    if p[: len(q)] == q or q[: len(p)] == p:
-                        return ForkConflictError(format_path(p), specs[i].id, specs[j].id), (i, j)
-            for p in touched[i][1]:
-                for q in touched[j][0]:
-                    if p[: len(q)] == q or q[: len(p)] == p:
-                        return ForkConflictError(format_path(q), specs[i].id, specs[j].id), (i, j)
-    return None, None

@@ -8,7 +8,6 @@ most resembles (correlational, and labelled so).
 """
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import trace as _trace

@@ -113,14 +113,12 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
     with Store(db) as store:
         say.part("1. Three support sessions with Dana (scripted model, hashing embedder, DuckDB file)")
         for turn, question in SESSIONS:
-            reports: list[dict[str, Any]] = []
             run = flow.run({"question": question, "turn_id": turn}, store=store, subject=SUBJECT, env=env)
             runs.append(run)
             extraction = [s for s in run.steps if s.stage == "extract_memories"][0]
             say(f"[{turn}] Dana: {question}")
             say(f"[{turn}] agent: {run.output.answer}")
             say(f"      run {run.run_id[:8]}, {len(run.steps)} steps; {extraction.logs[-1] if extraction.logs else ''}")
-            del reports
         say("\nWhat memory kept (and what it refused):")
         for r in store.memory.list(SUBJECT):
             say(f"  {r.memory_id}  {r.text!r}  confidence {r.confidence:g}  from run {r.source_run_id[:8]} "
@@ -129,7 +127,7 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         say("  dropped under the 0.7 threshold:   'User might travel next month' (score 0.4)")
 
     wrong = runs[-1]
-    say.part(f"2. The last answer is wrong: policy is 30 days, the agent approved a 60-day-old refund")
+    say.part("2. The last answer is wrong: policy is 30 days, the agent approved a 60-day-old refund")
     say(f"answer: {wrong.output.answer}")
 
     with Store(db) as store:  # a fresh handle: everything below is read back from the DuckDB file

@@ -7,11 +7,10 @@ matrix in step with the `run_embeddings` table for exact top-k cosine search.
 """
 from __future__ import annotations
 
-from .rows import first as _first
 
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 

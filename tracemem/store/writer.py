@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 import pyarrow as pa
