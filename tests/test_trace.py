@@ -285,3 +285,35 @@ def test_subflow_write_traces_to_mapped_inputs():
     assert [s.stage for s in t.steps] == ["prep", "sub"]
     root = t.graph.nodes[t.root]
     assert root["child_run_id"] == run.children[0].run_id
+
+
+def test_list_element_is_traced_to_the_write_that_produced_it_across_resumed_runs():
+    """`backtrack("messages[3]")` names the turn that produced message 3, not the last append."""
+    class Thread(BaseModel):
+        user: str = ""
+        messages: list[dict[str, str]] = []
+
+    def turn(s: Thread) -> None:
+        s.messages.append({"role": "user", "content": s.user})
+        s.messages.append({"role": "assistant", "content": f"re: {s.user}"})
+
+    def redact_first(s: Thread) -> None:
+        s.messages[0] = {"role": "user", "content": "[removed]"}
+
+    flow = Pipeline("thread", Thread).then(turn).build()
+    runs = []
+    previous = None
+    for i in range(4):
+        previous = flow.run({"user": f"q{i}"}, resume=previous)
+        runs.append(previous)
+    trace = previous.backtrack("messages[3]")
+    root = trace.graph.nodes[trace.root]
+    assert (root["run_id"], root["verb"], root["path"]) == (runs[1].run_id, "append", "messages")
+    assert "re: q1" in root["value"]
+    last = previous.backtrack("messages[-1]")
+    assert last.graph.nodes[last.root]["run_id"] == runs[3].run_id
+    edited = Pipeline("thread", Thread).then(redact_first).build().run({}, resume=previous)
+    first = edited.backtrack("messages[0]")
+    assert first.graph.nodes[first.root]["run_id"] == edited.run_id and first.graph.nodes[first.root]["verb"] == "set"
+    fresh = flow.run({"user": "x", "messages": [{"role": "system", "content": "given"}]})
+    assert fresh.backtrack("messages[0]").missing == "never-written"

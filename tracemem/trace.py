@@ -221,6 +221,7 @@ class _Walker:
         self.queue: deque[tuple[str, int, RunIndex, Any]] = deque()
         self.indexes: dict[str, RunIndex] = {trace.run_id: RunIndex(trace.run)}
         self.store = trace.run.store
+        self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
 
     def index(self, run_id: str, live: Optional["Run"] = None) -> Optional[RunIndex]:
         if run_id not in self.indexes and live is not None:
@@ -278,6 +279,50 @@ class _Walker:
                 return self.write_node(previous, w, depth)
             current = previous
         return self.input_node(current, path, depth)
+
+    def element_write(self, idx: RunIndex, root: str, index: int) -> tuple[RunIndex, Optional[Write]]:
+        """Which write produced element `index` of list field `root` (following appends, item sets and
+        deletes in order, and back through resumed runs); (run, None) when it came from the run input."""
+        for _ in range(100_000):
+            n0 = self._initial_length(idx, root)
+            if n0 is None:
+                raise LookupError(root)
+            producers: list[Any] = [k for k in range(n0)]  # an int: the element at that index at the start
+            for w in idx.by_root.get(root, ()):
+                path = parse_path(w.path)
+                if len(path) == 1:
+                    if w.verb == "append":
+                        producers.append(w)
+                    else:
+                        value = json.loads(w.value) if w.value else []
+                        producers = [w] * (len(value) if isinstance(value, list) else 0)
+                elif isinstance(path[1], int):
+                    if len(path) == 2 and w.verb == "delete":
+                        del producers[path[1]]
+                    else:
+                        producers[path[1]] = w
+            if not -len(producers) <= index < len(producers):
+                raise LookupError(index)
+            produced = producers[index]
+            if isinstance(produced, Write):
+                return idx, produced
+            run = idx.run
+            previous = self.index(run.continues, run._previous) if run.continues and root not in idx.given else None
+            if previous is None:
+                return idx, None
+            idx, index = previous, produced
+        raise LookupError(root)
+
+    def _initial_length(self, idx: RunIndex, root: str) -> Optional[int]:
+        run = idx.run
+        if root in idx.inputs and (not run.continues or root in idx.given):
+            value = idx.inputs[root]
+            return len(value) if isinstance(value, list) else None
+        previous = self.index(run.continues, run._previous) if run.continues else None
+        if previous is None:
+            return None
+        value = previous.run.value_at(root)
+        return len(value) if isinstance(value, list) else None
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
@@ -345,7 +390,9 @@ class _Walker:
         if what == "write":
             w: Write = item[1]
             self.read_sources(node, idx, (r for r in idx.reads.get(w.step, ()) if r.seq < w.seq), depth)
-            if w.verb != "set" or "." in w.path or "[" in w.path:
+            whole_element = node == self.element_root and (w.verb == "append" or (
+                w.verb == "set" and len(parse_path(w.path)) == 2))
+            if not whole_element and (w.verb != "set" or "." in w.path or "[" in w.path):
                 root = parse_path(w.path)[0]
                 pos = idx.position[(w.step, w.seq)]
                 if pos > 0:
@@ -379,6 +426,21 @@ def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 20
     trace = Trace(run, path)
     walker = _Walker(trace, max_depth, max_nodes, cross_runs)
     idx = walker.indexes[run.run_id]
+    wanted = parse_path(path)
+    if len(wanted) >= 2 and isinstance(wanted[1], int):  # a list element: the write that produced it
+        try:
+            owner, produced = walker.element_write(idx, str(wanted[0]), wanted[1])
+        except LookupError:
+            pass  # not a list, or out of range: fall back to the field's last write
+        else:
+            if produced is None:
+                trace.missing = "never-written"
+                trace.root = walker.input_node(owner, path, 0)
+                return trace
+            trace.root = walker.element_root = owner.node_write(produced)
+            walker.write_node(owner, produced, 0)
+            walker.walk()
+            return trace
     target = idx.last_write(path)
     if target is None:
         trace.missing = "never-written"
