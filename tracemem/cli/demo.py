@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import sys
 import textwrap
 from typing import Any, TextIO
 
@@ -165,9 +167,18 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         say(f"load_snapshot: {'past run context injected (similar question seen before)' if rerun.output.snapshot else snap.logs[-1]}")
 
         say.part("Explore it yourself")
-        say(f"tracemem runs --db {db}")
-        say(f"tracemem show {wrong.run_id[:8]} --db {db}")
-        say(f"tracemem backtrack {wrong.run_id[:8]} answer --db {db}")
-        say(f"tracemem memories --db {db}")
-        say(f"tracemem sql \"SELECT stage, count(*), round(avg(epoch_ms(ended_at) - epoch_ms(started_at)), 2) AS ms "
+        cmd = _command()
+        say(f"{cmd} runs --db {db}")
+        say(f"{cmd} show {wrong.run_id[:8]} --db {db}")
+        say(f"{cmd} backtrack {wrong.run_id[:8]} answer --only memory --db {db}")
+        say(f"{cmd} memories --db {db}")
+        say(f"{cmd} sql \"SELECT stage, count(*), round(avg(epoch_ms(ended_at) - epoch_ms(started_at)), 2) AS ms "
             f"FROM steps GROUP BY stage ORDER BY ms DESC\" --db {db}")
+
+
+def _command() -> str:
+    """How to type `tracemem` here: plain when it is on PATH, else the venv's script (after `make demo`)."""
+    if shutil.which("tracemem"):
+        return "tracemem"
+    script = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0].endswith("tracemem") else ".venv/bin/tracemem"
+    return script if os.sep in script else f"./{script}"
