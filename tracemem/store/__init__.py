@@ -1,6 +1,7 @@
 """The DuckDB store: schema, batched writer, loading, retention."""
 from .retention import PruneReport
 from .schema import SCHEMA_VERSION
-from .store import Store, StoreLockedError
+from .opening import StoreLockedError
+from .store import Store
 
 __all__ = ["Store", "StoreLockedError", "PruneReport", "SCHEMA_VERSION"]

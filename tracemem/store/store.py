@@ -13,13 +13,9 @@ snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import re
 import shutil
-import socket
 import sys
-import tempfile
 import threading
 import weakref
 from datetime import datetime
@@ -36,12 +32,8 @@ from .retention import PruneReport, export, prune
 from .rows import utc_naive
 from .schema import _meta, _set_meta, open_schema
 from .snapshots import SnapshotIndex, embedding_rows
-from .journal import recover
+from .opening import connect, recover_dead_runs
 from .writer import Batch, StoreSink
-
-
-class StoreLockedError(TracememError):
-    """Another process holds the DuckDB file's write lock."""
 
 
 class Store:
@@ -99,62 +91,16 @@ class Store:
 
     # -- opening ----------------------------------------------------------------
     def _connect(self, snapshot_if_locked: bool) -> duckdb.DuckDBPyConnection:
-        path = self.path
-        if path != ":memory:" and self.read_only and not os.path.exists(path):
-            raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
-        try:
-            if not self.read_only and path != ":memory:" and not os.path.exists(path):
-                # the block size is fixed when the file is created; a connection opened with a config
-                # would make every other Store on this file in this process "a different configuration"
-                duckdb.connect(path, config={"default_block_size": str(self.block_size)}).close()
-            return duckdb.connect(path, read_only=self.read_only)
-        except duckdb.Error as err:
-            text = str(err)
-            same_process = "different configuration" in text
-            if "lock" not in text.lower() and not same_process:
-                raise TracememError(f"cannot open {path}: {text.splitlines()[0]}") from None
-            pid = re.search(r"PID (\d+)", text)
-            holder = f"this process ({os.getpid()})" if same_process else \
-                f"process {pid.group(1)}" if pid else "another process"
-            if same_process and not (snapshot_if_locked and self.read_only):
-                raise StoreLockedError(
-                    f"{path} is already open for writing in this process; use that Store (store.sql(), "
-                    f"store.run()), or Store('{path}', read_only=True, snapshot_if_locked=True) to read a "
-                    f"snapshot copy") from None
-            if not (snapshot_if_locked and self.read_only):  # a writer must never write into a throwaway copy
-                raise StoreLockedError(
-                    f"{path} is open for writing by {holder}; DuckDB allows one writing process per file. "
-                    f"To read it now use Store('{path}', read_only=True, snapshot_if_locked=True) or the "
-                    f"`tracemem` CLI (both read a snapshot copy), query it from that process with store.sql(), "
-                    f"or stop {holder}.") from None
-            return self._open_snapshot(holder)
-
-    def _open_snapshot(self, holder: str) -> duckdb.DuckDBPyConnection:
-        """Copy the file (and its WAL) aside and open the copy: a consistent-enough read while locked."""
-        folder = self._snapshot_dir = tempfile.mkdtemp(prefix="tracemem-snapshot-")
-        copy = os.path.join(folder, os.path.basename(self.path))
-        shutil.copyfile(self.path, copy)
-        if os.path.exists(self.path + ".wal"):
-            shutil.copyfile(self.path + ".wal", copy + ".wal")
-        self.snapshot_of, self.path = self.path, copy
-        self.snapshot_note = f"{self.snapshot_of} is locked by {holder}; reading a copy taken at {datetime.now():%H:%M:%S}"
-        return duckdb.connect(copy, read_only=True)
+        opened = connect(self.path, self.read_only, self.block_size, snapshot_if_locked)
+        if opened.snapshot_of:
+            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
+            self._snapshot_dir = os.path.dirname(opened.path)
+        return opened.con
 
     def _mark_interrupted(self) -> list[str]:
-        """Runs left 'running' by a process that is gone (a crash under durability 'stage')."""
-        rows = self.con.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'").fetchall()
-        here = socket.gethostname()
-        dead = [r[0] for r in rows if not (r[2] == here and (r[1] == os.getpid() or _alive(r[1])))]
-        # runs journaled whole (flush_interval=0) whose process ended before its writer moved them
-        orphans = [run_id for run_id, payload in self.con.execute(
-            "SELECT run_id, payload FROM step_journal WHERE kind = 'run' AND run_id NOT IN "
-            "(SELECT run_id FROM runs)").fetchall()
-            if not _owned_here(json.loads(payload)["run"], here)]
-        unended = recover(self.con, dead + orphans)
-        for run_id in unended:
-            self.con.execute("UPDATE runs SET status = 'interrupted', error = 'process ended before the run did' "
-                             "WHERE run_id = ?", [run_id])
-        return dead
+        """Runs left 'running' by a process that is gone: their journal is replayed, and those that
+        never ended are marked interrupted."""
+        return recover_dead_runs(self.con)
 
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory
@@ -391,21 +337,3 @@ def _run_batch(embedder: Any, run: Run, extra: bool) -> Batch:
     if extra:
         batch.add_embeddings(embedding_rows(embedder, [run]))
     return batch
-
-
-def _owned_here(row: list, host: str) -> bool:
-    """Whether a journaled run row (writer.COLUMNS["runs"] order) belongs to a live process here."""
-    pid, row_host = row[11], row[12]
-    return row_host == host and (pid == os.getpid() or _alive(pid))
-
-
-def _alive(pid: Optional[int]) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
