@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel, Field, SecretStr
 
 from tracemem import Pipeline, Run, RunFailed, TracememError, decide
+from tracemem import schema as schema_module
 from tracemem.store import SCHEMA_VERSION, PruneReport, Store
 from tracemem.store import schema as store_schema
 
@@ -148,11 +149,13 @@ def test_round_trip_loaded_run_equals_live_run(tmp_path, durability):
         assert store.run(short.run_id, scope=S).output.answer == "SHORT!"
 
 
-def test_loaded_run_without_scope_model_gives_plain_data(tmp_path):
+def test_loaded_run_without_scope_model_gives_plain_data(tmp_path, monkeypatch):
     path = str(tmp_path / "a.duckdb")
     with Store(path) as store:
         live = FLOW.run({"question": "what is a duck?"}, store=store)
     with Store(path) as store:
+        assert store.run(live.run_id).schema is not None  # flows built in this process are known to any store
+        monkeypatch.delitem(schema_module._PIPELINES, FLOW.hash)  # as in a process that never built the flow
         loaded = store.run(live.run_id)  # the scope model is unknown to this store
         assert loaded.schema is None
         assert loaded.state_at() == live.output.model_dump(mode="json")
@@ -582,3 +585,28 @@ def test_conversation_thread_stores_each_message_once_and_traces_across_runs(tmp
         # and a new turn continues a loaded run by id
         nxt = CHAT.run({"user": "one more"}, store=store, resume=ids[-1])
         assert nxt.continues == ids[-1] and len(nxt.output.messages) == 242
+
+
+def test_a_long_thread_replays_and_backtracks_without_recursion(tmp_path):
+    """1,200 resumed runs: state_at and element backtracking from a fresh store stay iterative and fast."""
+    class Long(BaseModel):
+        user: str = ""
+        messages: list[str] = []
+
+    def say(s: Long) -> None:
+        s.messages.append(s.user)
+
+    flow = Pipeline("long-thread", Long).then(say).build()
+    path = str(tmp_path / "long.duckdb")
+    previous = None
+    with Store(path) as store:
+        for i in range(1200):
+            previous = flow.run({"user": f"m{i}"}, resume=previous, store=store)
+        assert len(previous.state_at().messages) == 1200
+    with Store(path) as store:
+        loaded = store.run(previous.run_id)
+        assert loaded.state_at().messages[7] == "m7"
+        trace = loaded.backtrack("messages[7]")
+        root = trace.graph.nodes[trace.root]
+        assert root["verb"] == "append" and json.loads(root["value"]) == "m7"
+        assert store.run(root["run_id"]).value_at("user") == "m7"

@@ -107,19 +107,29 @@ class Run:
 
     # -- replay -------------------------------------------------------------------
     def _replay(self, upto: Optional[int]) -> dict[str, Any]:
-        data = json.loads(self.input_json)
-        previous = self.previous()
-        if previous is not None:
-            data = {**previous._replay(None), **data}
-        reset = self.schema.default if self.schema else (lambda name: None)
-        failed = {s.step for s in self.steps if s.status != "ok"}
-        for w in self.writes:
-            if upto is not None and w.step > upto:
+        """Replay the thread this run ends, oldest run first (iteratively: threads can be long).
+        Runs of the thread not loaded are replayed in bulk from the store."""
+        chain, run, data = [self], self, {}
+        while run.continues:
+            if run._previous is None:
+                if self.store is None:
+                    raise TracememError(f"run {run.run_id} continues run {run.continues}, which is not at hand; "
+                                        f"load it through the store it was recorded in")
+                data = self.store._final_state(run.continues)
                 break
-            if w.step in failed:
-                continue
-            value = None if w.value is None else json.loads(w.value)
-            apply_write(data, parse_path(w.path), w.verb, value, reset)
+            run = run._previous
+            chain.append(run)
+        reset = self.schema.default if self.schema else (lambda name: None)
+        for run in reversed(chain):
+            data = {**data, **json.loads(run.input_json)}
+            failed = {s.step for s in run.steps if s.status != "ok"}
+            limit = upto if run is self else None
+            for w in run.writes:
+                if limit is not None and w.step > limit:
+                    break
+                if w.step not in failed:
+                    apply_write(data, parse_path(w.path), w.verb, None if w.value is None else json.loads(w.value),
+                                reset)
         return data
 
     def state_at(self, step: Union[int, str, None] = None) -> Any:

@@ -22,7 +22,7 @@ from .pipeline import Pipeline, StageSpec
 from .program import Ins, Program
 from .record import Decision, Read, Step, Write
 from .run import Run
-from .schema import ScopeSchema, schema_for
+from .schema import ScopeSchema, register_pipeline, schema_for
 from .fork import apply_ops, fork_conflict, run_branches
 from .scope import RunState, StageScope, unwrap, view_class
 
@@ -61,6 +61,7 @@ class Flow(Generic[S]):
         self.hash = self.program.fingerprint()
         self.schema: ScopeSchema = schema_for(pipeline.scope)
         self.view_class = view_class(self.schema)
+        register_pipeline(self.hash, self.schema)
         self.has_async = any(s.is_async for s in self.program.specs) or any(
             i.op == "loop" and callable(i.node.when) and asyncio.iscoroutinefunction(i.node.when)
             for i in self.program.ins

@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import json
 import typing
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Optional, Union
 
 import pydantic_core
 from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter, ValidationError
@@ -163,6 +163,17 @@ def short_error(err: ValidationError) -> str:
 
 
 _SCHEMAS: dict[type, ScopeSchema] = {}
+_PIPELINES: dict[str, ScopeSchema] = {}  # pipeline hash → scope, for every flow built in this process
+
+
+def register_pipeline(pipeline_hash: str, schema: ScopeSchema) -> None:
+    """Remember a built flow's scope, so runs loaded from any store rebuild it as the model."""
+    _PIPELINES[pipeline_hash] = schema
+
+
+def pipeline_schema(pipeline_hash: str) -> Optional[ScopeSchema]:
+    """The scope of a flow built in this process, by its hash (None if unknown: loaded runs give dicts)."""
+    return _PIPELINES.get(pipeline_hash)
 
 
 def schema_for(model: type[BaseModel]) -> ScopeSchema:

@@ -264,65 +264,69 @@ class _Walker:
 
     def origin(self, idx: RunIndex, path: str, depth: int) -> str:
         """Where a value read as run input came from: the input, or — for a run that
-        resumed an earlier one — that run's last write of it (followed back the thread)."""
+        resumed an earlier one — the last write of it earlier in the thread."""
         field = path.split(".")[0].split("[")[0]
-        current = idx
-        for _ in range(100_000):
-            run = current.run
-            if not run.continues or field in current.given:
+        if not idx.run.continues or field in idx.given:
+            return self.input_node(idx, path, depth)
+        for run_id, inputs, first, writes, live in reversed(self.thread(idx, field)[:-1]):
+            if writes:
+                return self.write_node(self.index(run_id, live), writes[-1], depth)  # type: ignore[arg-type]
+            if first or field in inputs:
+                owner = self.index(run_id, live)
+                return self.input_node(owner, path, depth) if owner else self.input_node(idx, path, depth)
+        return self.input_node(idx, path, depth)
+
+    def thread(self, idx: RunIndex, root: str) -> list[tuple[str, dict[str, Any], bool, list[Write], Any]]:
+        """The runs of the thread `idx` ends, oldest first: (run id, its recorded input, whether it starts
+        the thread, its writes touching `root`, the live Run or None). Runs not at hand come from the
+        store in two queries, however long the thread."""
+        out: list[tuple[str, dict[str, Any], bool, list[Write], Any]] = []
+        run: Any = idx.run
+        while True:
+            failed = {s.step for s in run.steps if s.status != "ok"}
+            writes = [w for w in run.writes if w.step not in failed and _root(w.path) == root]
+            out.append((run.run_id, json.loads(run.input_json), not run.continues, writes, run))
+            if not run.continues:
                 break
-            previous = self.index(run.continues, run._previous)
-            if previous is None:
+            if run._previous is None:
+                if self.store is None or not self.cross_runs:
+                    break
+                out.extend(reversed([(rid, inputs, first, writes, None) for rid, inputs, first, writes
+                                     in self.store._thread(run.continues, root)]))
                 break
-            w = previous.last_write(field)
-            if w is not None:
-                return self.write_node(previous, w, depth)
-            current = previous
-        return self.input_node(current, path, depth)
+            run = run._previous
+        return out[::-1]
 
     def element_write(self, idx: RunIndex, root: str, index: int) -> tuple[RunIndex, Optional[Write]]:
         """Which write produced element `index` of list field `root` (following appends, item sets and
-        deletes in order, and back through resumed runs); (run, None) when it came from the run input."""
-        for _ in range(100_000):
-            n0 = self._initial_length(idx, root)
-            if n0 is None:
-                raise LookupError(root)
-            producers: list[Any] = [k for k in range(n0)]  # an int: the element at that index at the start
-            for w in idx.by_root.get(root, ()):
+        deletes in order, back through the thread); (run, None) when it came from a run's input."""
+        producers: list[tuple[str, Any, Optional[Write]]] = []  # (run id, live run, write or None = input)
+        for run_id, inputs, first, writes, live in self.thread(idx, root):
+            if first or root in inputs:
+                value = inputs.get(root)
+                if not isinstance(value, list):
+                    raise LookupError(root)
+                producers = [(run_id, live, None)] * len(value)
+            for w in writes:
                 path = parse_path(w.path)
                 if len(path) == 1:
                     if w.verb == "append":
-                        producers.append(w)
+                        producers.append((run_id, live, w))
                     else:
                         value = json.loads(w.value) if w.value else []
-                        producers = [w] * (len(value) if isinstance(value, list) else 0)
+                        producers = [(run_id, live, w)] * (len(value) if isinstance(value, list) else 0)
                 elif isinstance(path[1], int):
                     if len(path) == 2 and w.verb == "delete":
                         del producers[path[1]]
                     else:
-                        producers[path[1]] = w
-            if not -len(producers) <= index < len(producers):
-                raise LookupError(index)
-            produced = producers[index]
-            if isinstance(produced, Write):
-                return idx, produced
-            run = idx.run
-            previous = self.index(run.continues, run._previous) if run.continues and root not in idx.given else None
-            if previous is None:
-                return idx, None
-            idx, index = previous, produced
-        raise LookupError(root)
-
-    def _initial_length(self, idx: RunIndex, root: str) -> Optional[int]:
-        run = idx.run
-        if root in idx.inputs and (not run.continues or root in idx.given):
-            value = idx.inputs[root]
-            return len(value) if isinstance(value, list) else None
-        previous = self.index(run.continues, run._previous) if run.continues else None
-        if previous is None:
-            return None
-        value = previous.run.value_at(root)
-        return len(value) if isinstance(value, list) else None
+                        producers[path[1]] = (run_id, live, w)
+        if not -len(producers) <= index < len(producers):
+            raise LookupError(index)
+        run_id, live, produced = producers[index]
+        owner = self.index(run_id, live)
+        if owner is None:
+            raise LookupError(run_id)
+        return owner, produced
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
@@ -368,7 +372,7 @@ class _Walker:
         child_id = step.child_run_id
         child_run = next((c for c in idx.run.children if c.run_id == child_id), None)
         child = self.index(child_id, child_run)  # type: ignore[arg-type]
-        flow = idx.run._flow or (getattr(self.store, "_flows", {}) or {}).get(idx.run.pipeline)
+        flow = idx.run._flow or (getattr(self.store, "_flows", {}) or {}).get(idx.run.pipeline_hash)
         outputs = next((i.node.outputs for i in flow.program.ins if i.op == "subflow" and i.id == step.stage),
                        None) if flow is not None else None
         if outputs is None:  # recorded by the runner: "subflow outputs {json}"
@@ -418,6 +422,10 @@ class _Walker:
         while self.queue:
             node, depth, idx, item = self.queue.popleft()
             self.expand(node, depth, idx, item)
+
+
+def _root(path: str) -> str:
+    return path.split(".", 1)[0].split("[", 1)[0]
 
 
 def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,

@@ -26,8 +26,9 @@ from pydantic import BaseModel
 
 from ..errors import TracememError
 from ..run import Run
-from ..schema import schema_for
-from .load import load_run
+from ..schema import pipeline_schema, schema_for
+from .load import final_state, load_run, thread_writes
+from .rows import first as _first
 from .retention import PruneReport, export, prune
 from .rows import utc_naive
 from .schema import _meta, _set_meta, open_schema
@@ -248,6 +249,20 @@ class Store:
         self.flush()
         with self.lock:
             return load_run(self, self.con, run_id, schema_for(scope) if scope else None)
+
+    def _thread(self, run_id: str, root: str) -> list[tuple[str, dict[str, Any], bool, list[Any]]]:
+        """The thread ending at a run, with each run's writes to one field (for backtracking)."""
+        self.flush()
+        with self.lock:
+            return thread_writes(self.con, run_id, root)
+
+    def _final_state(self, run_id: str) -> dict[str, Any]:
+        """The final scope data of a recorded run (its whole thread replayed in bulk)."""
+        self.flush()
+        row = _first(self.con.execute("SELECT pipeline, pipeline_hash FROM runs WHERE run_id = ?", [run_id]))
+        schema = (pipeline_schema(row[1]) or self._schemas.get(row[0])) if row else None
+        with self.lock:
+            return final_state(self.con, run_id, schema.default if schema else (lambda name: None))
 
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,

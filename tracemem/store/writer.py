@@ -191,9 +191,8 @@ class StoreSink:
         self.durability = durability
 
     def begin_run(self, run: Run) -> None:
-        self.store._schemas.setdefault(run.pipeline, run.schema)
         if run._flow is not None:
-            self.store._flows[run.pipeline] = run._flow
+            self.store._flows[run.pipeline_hash] = run._flow
         if self.durability == "stage":
             batch = Batch()
             batch.rows["runs"].append(run_row(run))
