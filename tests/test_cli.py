@@ -239,7 +239,7 @@ def test_sql_read_only_table_and_json(db, capsys):
 
 
 def test_sql_write_changes_the_store(copy):
-    code, out = cli("sql", f"DELETE FROM memories WHERE text LIKE '%pond%'", "--db", copy, "--write")
+    code, out = cli("sql", "DELETE FROM memories WHERE text LIKE '%pond%'", "--db", copy, "--write")
     assert code == 0
     code, out = cli("sql", "SELECT count(*) AS n FROM memories", "--db", copy, "--json")
     assert json.loads(out) == [{"n": 1}]
