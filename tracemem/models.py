@@ -62,9 +62,13 @@ class ChatModel(Protocol):
     name: str
     provider: str
 
-    def complete(self, messages: list[Message], *, schema: Schema = None) -> Reply: ...
+    def complete(self, messages: list[Message], *, schema: Schema = None) -> Reply:
+        """One chat completion; with `schema`, the reply text is JSON of that shape."""
+        ...
 
-    async def acomplete(self, messages: list[Message], *, schema: Schema = None) -> Reply: ...
+    async def acomplete(self, messages: list[Message], *, schema: Schema = None) -> Reply:
+        """`complete` for async stages."""
+        ...
 
 
 ErrorKind = Literal["status", "timeout", "bad_reply", "connection", "script"]

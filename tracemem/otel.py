@@ -178,6 +178,7 @@ class OTelSink:
 
     # -- the sink protocol ------------------------------------------------------------
     def begin_run(self, run: Run) -> None:
+        """Start the run span (its trace id is recorded on the run)."""
         if run.trace_id is not None:  # another OTel sink exports this run
             return
         state = _RunSpans(run, _tools(run))
@@ -206,6 +207,7 @@ class OTelSink:
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
+        """Build the step's span (and its model-call and telemetry child spans) from the recorded timing."""
         state = self._runs.get(run.run_id)
         if state is None or state.dropped:
             return
@@ -215,6 +217,7 @@ class OTelSink:
         self._step(state, step, decision, rows)
 
     def end_run(self, run: Run) -> None:
+        """End the run span with the run status."""
         state = self._runs.get(run.run_id)
         if state is None:
             return

@@ -87,6 +87,7 @@ class HashingEmbedder:
         return feats
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for feat, count in self._features(text).items():

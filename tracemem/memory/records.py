@@ -63,6 +63,7 @@ class MemoryRecord(BaseModel):
 
     @property
     def forgotten(self) -> bool:
+        """Soft-deleted with forget(): kept for history, never returned by search."""
         return self.deleted_at is not None
 
     def valid_at(self, now: datetime) -> bool:

@@ -81,6 +81,7 @@ class SearchResult(BaseModel):
 
     @property
     def excluded_total(self) -> int:
+        """Records recall kept out: flagged + below the floor + out of their window."""
         return self.excluded_flagged + self.excluded_below_floor + self.excluded_out_of_window
 
     @property
@@ -94,6 +95,7 @@ class SearchResult(BaseModel):
         return self.requested_semantic and self.mode == "literal"
 
     def to_dict(self) -> dict[str, Any]:
+        """The envelope as JSON-able data (what the recall stage writes as its receipt)."""
         return self.model_dump(mode="json")
 
     def receipt(self) -> str:

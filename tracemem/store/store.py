@@ -210,6 +210,7 @@ class Store:
             raise TracememError(f"{errors[0]}{more}") from errors[0]
 
     def close(self) -> None:
+        """Write every queued run, stop the writer and close the file."""
         if self._closed:
             return
         try:
