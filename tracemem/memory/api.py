@@ -48,7 +48,7 @@ class Memory:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock | None = None, *,
                  embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
-                 clock: Callable[[], datetime] | None = None) -> None:
+                 clock: Callable[[], datetime] | None = None, read_only: bool = False) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
@@ -58,8 +58,9 @@ class Memory:
         self._clock = clock or _utcnow
         self._index: VectorIndex | None = None
         with self.lock:
-            for stmt in [META_DDL, *MEMORY_DDL]:  # no-ops when the store already ran them
-                con.execute(stmt)
+            if not read_only:  # DuckDB refuses even CREATE ... IF NOT EXISTS on a read-only file
+                for stmt in [META_DDL, *MEMORY_DDL]:  # no-ops when the store already ran them
+                    con.execute(stmt)
             binding.check_store_embedder(con, self.embedder)
 
     def reembed(self, embedder: Embedder) -> int:

@@ -108,7 +108,7 @@ class Store:
 
         kwargs = {} if embedder == "default" else {"embedder": embedder}
         cursor = self.con.cursor()
-        return Memory(_NoDDL(cursor) if self.read_only else cursor, self.lock, **kwargs)
+        return Memory(cursor, self.lock, read_only=self.read_only, **kwargs)
 
     # -- writing ------------------------------------------------------------------
     def sink(self, durability: Optional[str] = None) -> StoreSink:
@@ -320,22 +320,6 @@ class Store:
         self.flush()
         with self.lock:
             return export(self.con, directory, progress=progress)
-
-
-class _NoDDL:
-    """A read-only connection for `Memory`: DuckDB refuses even `CREATE ... IF NOT EXISTS` on a
-    read-only file, and `open_schema` has already checked the tables are there."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self._con = con
-
-    def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
-        if query.lstrip()[:7].upper() == "CREATE " and "IF NOT EXISTS" in query.upper():
-            return self._con
-        return self._con.execute(query, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._con, name)
 
 
 def _close_at_exit(ref: "weakref.ref[Store]") -> None:
