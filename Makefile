@@ -33,7 +33,7 @@ minilm: install
 bench-install: install
 	$(PY) -m pip install --quiet -e '.[bench]'
 
-bench: bench-install
+bench: bench-install minilm
 	$(PY) bench/run_all.py
 
 clean:
