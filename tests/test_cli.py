@@ -433,3 +433,19 @@ def test_cli_reads_a_snapshot_of_a_file_another_process_writes(db, tmp_path):
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_demo_then_influence_ranks_the_planted_memory_first(tmp_path):
+    """`tracemem demo` leaves a file whose wrong answer `backtrack --influence` pins on the bad memory."""
+    path = str(tmp_path / "demo.duckdb")
+    code, out = cli("demo", "--db", path, "--fresh")
+    assert code == 0 and "answer now: I'm sorry: refunds are possible within 30 days" in out
+    runs = json.loads(cli("runs", "--db", path, "--json")[1])
+    wrong = runs[1]["run_id"]  # newest first: the rerun, then the wrong answer
+    code, out = cli("backtrack", wrong, "answer", "--influence", "--db", path)
+    assert code == 0 and "correlational" in out
+    assert "refund window is 365 days" in out.splitlines()[3]
+    code, out = cli("backtrack", wrong, "answer", "--influence", "--json", "--db", path)
+    ranked = json.loads(out)
+    assert ranked[0]["section"] == "memory" and "365 days" in ranked[0]["text"]
+    assert ranked == sorted(ranked, key=lambda r: -r["score"])

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--mermaid", action="store_true")
     p.add_argument("--only", help="keep only chains to nodes of this kind (memory, model_call, run, decision)")
+    p.add_argument("--influence", action="store_true",
+                   help="rank the final prompt's sections by overlap with the answer (correlational)")
     p = sub.add_parser("sql", parents=[common], help="run SQL over the store (read-only unless --write)")
     p.add_argument("query")
     p.add_argument("--write", action="store_true")
@@ -138,6 +140,18 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
 def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
     with _open(args) as store:
         trace = store.run(resolve_run(store, args.run)).backtrack(args.path)
+        if args.influence:
+            ranked = trace.influence()
+            if _json(args):
+                print(to_json(ranked), file=out)
+            elif not ranked:
+                print(f"{args.path}: no model call with prompt sections on this trace", file=out)
+            else:
+                print("prompt sections ranked by overlap with the answer (correlational, not causal)", file=out)
+                print(table(["score", "lexical", "embedding", "section", "memory", "text"],
+                            [[r["score"], r["lexical"], r["embedding"], r["section"], r["memory_id"], r["text"]]
+                             for r in ranked], width=60), file=out)
+            return
         if args.only and (_json(args) or args.mermaid):
             _keep_only(trace, args.only)
         if _json(args):

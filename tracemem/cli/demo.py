@@ -171,6 +171,7 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         say(f"{cmd} runs --db {db}")
         say(f"{cmd} show {wrong.run_id[:8]} --db {db}")
         say(f"{cmd} backtrack {wrong.run_id[:8]} answer --only memory --db {db}")
+        say(f"{cmd} backtrack {wrong.run_id[:8]} answer --influence --db {db}")
         say(f"{cmd} memories --db {db}")
         say(f"{cmd} sql \"SELECT stage, count(*), round(avg(epoch_ms(ended_at) - epoch_ms(started_at)), 2) AS ms "
             f"FROM steps GROUP BY stage ORDER BY ms DESC\" --db {db}")
