@@ -429,3 +429,17 @@ def test_secrets_masked_in_decision_evidence_and_nested_models():
         w.value or "" for w in run.writes) + run.backtrack("creds").explain()
     assert "SECRET" not in blob
     assert run.output.creds.token.get_secret_value() == "tok-SECRET-2"
+
+
+def test_containers_inside_a_tuple_cannot_change_committed_state():
+    """A tuple field hands out a deep copy when it holds containers: nothing changes unrecorded."""
+    class Pairs(BaseModel):
+        pairs: tuple[list[int], list[int]] = ([1], [2])
+        flat: tuple[int, int] = (1, 2)
+
+    def poke(s: Pairs) -> None:
+        s.pairs[0].append(99)
+        assert s.flat == (1, 2)
+
+    run = Pipeline("pairs", Pairs).then(poke).build().run({})
+    assert run.output.pairs == ([1], [2]) and run.writes == []

@@ -8,6 +8,7 @@ touch committed state behind the recorder.
 """
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel
@@ -18,7 +19,7 @@ from .paths import Path, format_path
 if TYPE_CHECKING:
     from .scope import StageScope
 
-_SCALARS = frozenset({int, str, float, bool, type(None), bytes, tuple, frozenset})
+_SCALARS = frozenset({int, str, float, bool, type(None), bytes, frozenset})
 
 
 def track(value: Any, rec: StageScope, path: Path) -> Any:
@@ -32,6 +33,8 @@ def track(value: Any, rec: StageScope, path: Path) -> Any:
         return TrackedModel(value, rec, path)
     if isinstance(value, set):
         return frozenset(value)  # sets are read-only in a view: assign a new set to change one
+    if kind is tuple and not all(type(v) in _SCALARS for v in value):
+        return copy.deepcopy(value)  # a tuple is immutable: what it holds must not change behind the recorder
     return value
 
 
