@@ -443,3 +443,29 @@ def test_containers_inside_a_tuple_cannot_change_committed_state():
 
     run = Pipeline("pairs", Pairs).then(poke).build().run({})
     assert run.output.pairs == ([1], [2]) and run.writes == []
+
+
+def test_a_written_object_is_owned_by_the_scope_not_aliased():
+    """Assigning an object (or one field's nested model) and mutating it afterwards changes nothing
+    unrecorded: the scope keeps its own copy."""
+    class Person(BaseModel):
+        name: str = ""
+
+    class Two(BaseModel):
+        user: Person = Person(name="ana")
+        backup: Optional[Person] = None
+        tags: list[str] = []
+
+    outside = ["x"]
+
+    def alias(s: Two) -> None:
+        u = s.user
+        s.backup = u
+        u.name = "bob"           # recorded as user.name; backup keeps "ana"
+        s.tags = outside
+        outside.append("sneaky")  # the caller's list, not the scope's
+
+    run = Pipeline("alias", Two).then(alias).build().run({})
+    assert run.output.backup.name == "ana" and run.output.user.name == "bob"
+    assert run.output.tags == ["x"]
+    assert run.state_at() == run.output

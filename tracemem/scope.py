@@ -10,6 +10,7 @@ recorded with its verb and never touches committed state behind the recorder.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional
 
 from pydantic import ValidationError
@@ -108,6 +109,8 @@ class StageScope:
         except ValidationError as err:
             shown = "<redacted>" if name in schema.secret else value
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
+        if type(value) not in _SCALARS:
+            value = _owned(value)
         self.seq += 1
         self.writes.append(Write(self.step, self.seq, name, "set", schema.dump(name, value, self.state.salt)))
         self.ops.append(((name,), "set", value))
@@ -129,6 +132,8 @@ class StageScope:
             except ValidationError as err:
                 shown = "<redacted>" if path[0] in schema.secret else raw
                 raise ScopeWriteError(self.stage, format_path(path), shown, short_error(err)) from None
+            if type(value) not in _SCALARS:
+                value = _owned(value)
         root = path[0]
         proxy = self.proxies.get(root)
         if proxy is None:
@@ -190,3 +195,9 @@ def view_class(schema: ScopeSchema) -> type:
             namespace[name] = prop(name)
         cls = _VIEW_CLASSES[schema.model] = type(f"{schema.model.__name__}View", (ScopeView,), namespace)
     return cls
+
+
+def _owned(value: Any) -> Any:
+    """The scope keeps its own copy of a written container: the caller (or another field) may still
+    hold the object — pydantic passes model instances through — and must not change it unrecorded."""
+    return copy.deepcopy(value)
