@@ -29,6 +29,11 @@ def format_path(path: Path) -> str:
     return "".join(out)
 
 
+def root_of(text: str) -> str:
+    """The top-level field a path text starts with: `messages[3].content` → `messages`."""
+    return text.split(".", 1)[0].split("[", 1)[0]
+
+
 def parse_path(text: str) -> Path:
     """Inverse of `format_path`."""
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)

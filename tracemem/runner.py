@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from .ids import new_id
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .errors import LoopLimitError, StageError, TracememError
+from .paths import root_of
 from .pipeline import Pipeline, StageSpec
 from .program import Ins, Program
 from .record import Decision, Read, Step, Write
@@ -87,8 +88,7 @@ class Flow(Generic[S]):
         `resume=<Run or run id>` starts from that run's final state (a conversation
         thread): only `inputs` are recorded as this run's input, and reads of the
         carried-over state trace back into the earlier run."""
-        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider)
-        exe.resume = resume
+        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider, resume=resume)
         if self.has_async:
             try:
                 asyncio.get_running_loop()
@@ -108,8 +108,7 @@ class Flow(Generic[S]):
                    subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
                    tracer_provider: Any = None, resume: Any = None) -> Run:
         """`run` for callers already inside an event loop."""
-        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider)
-        exe.resume = resume
+        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider, resume=resume)
         return await exe.execute(raise_on_error, async_mode=True)
 
 
@@ -124,7 +123,8 @@ class _Execution:
 
     def __init__(self, flow: Flow[Any], inputs: Any, env: Optional[Mapping[str, Any]], store: Any,
                  subject: Optional[str], durability: Optional[str], tracer_provider: Any,
-                 parent: Optional[tuple[str, int]] = None, sinks: Optional[list[Any]] = None) -> None:
+                 parent: Optional[tuple[str, int]] = None, sinks: Optional[list[Any]] = None,
+                 resume: Any = None) -> None:
         self.flow = flow
         self.inputs = inputs
         self.env: Mapping[str, Any] = MappingProxyType(dict(env)) if env else EMPTY
@@ -146,7 +146,7 @@ class _Execution:
         self.next_step = 0
         self.counts: dict[str, int] = {}
         self.async_mode = False
-        self.resume: Any = None
+        self.resume = resume  # a Run or run id this run continues (a conversation thread)
 
     # -- run --------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
@@ -199,7 +199,7 @@ class _Execution:
         for w in run.writes:
             if w.step in failed:
                 continue
-            root = w.path.split(".", 1)[0].split("[", 1)[0]
+            root = root_of(w.path)
             (whole if w.verb == "set" and w.path == root else partial).add(root)
         text = self.flow.schema.dump_scope({k: data[k] for k in whole}, self.salt)
         rest = sorted(partial - whole)

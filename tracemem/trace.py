@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 import networkx as nx
 
-from .paths import parse_path
+from .paths import parse_path, root_of
 from .record import Read, Step, Write
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ class _Walker:
     def origin(self, idx: RunIndex, path: str, depth: int) -> str:
         """Where a value read as run input came from: the input, or — for a run that
         resumed an earlier one — the last write of it earlier in the thread."""
-        field = path.split(".")[0].split("[")[0]
+        field = root_of(path)
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
         for run_id, inputs, first, writes, live in reversed(self.thread(idx, field)[:-1]):
@@ -284,7 +284,7 @@ class _Walker:
         run: Any = idx.run
         while True:
             failed = {s.step for s in run.steps if s.status != "ok"}
-            writes = [w for w in run.writes if w.step not in failed and _root(w.path) == root]
+            writes = [w for w in run.writes if w.step not in failed and root_of(w.path) == root]
             out.append((run.run_id, json.loads(run.input_json), not run.continues, writes, run))
             if not run.continues:
                 break
@@ -331,7 +331,7 @@ class _Walker:
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
         self.add(node, depth, idx, None, kind="input", run_id=idx.run.run_id, path=path,
-                 value=idx.inputs.get(path.split(".")[0].split("[")[0]))
+                 value=idx.inputs.get(root_of(path)))
         return node
 
     def step_node(self, idx: RunIndex, step: int, depth: int) -> str:
@@ -422,10 +422,6 @@ class _Walker:
         while self.queue:
             node, depth, idx, item = self.queue.popleft()
             self.expand(node, depth, idx, item)
-
-
-def _root(path: str) -> str:
-    return path.split(".", 1)[0].split("[", 1)[0]
 
 
 def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
