@@ -16,7 +16,8 @@ import pytest
 from pydantic import BaseModel
 
 from tracemem import Pipeline
-from tracemem.cli import main, resolve_run
+from stages.cli import main  # the installed command: the engine CLI plus demo
+from tracemem.cli import resolve_run
 from tracemem.store import Store
 
 TRACEMEM = str(Path(sys.executable).with_name("tracemem"))

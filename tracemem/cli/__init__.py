@@ -1,7 +1,10 @@
 """The `tracemem` command: look at a store from the shell.
 
     tracemem runs | show RUN | backtrack RUN PATH | sql "QUERY" | memories | prune | export DIR
-    tracemem graph MODULE:ATTR | demo
+    tracemem graph MODULE:ATTR
+
+The installed `tracemem` command is `stages.cli:main`, which adds `demo` (it is built
+from the ready-made stages, which the engine never imports) through `extra=`.
 
 Every command takes `--db PATH` (default ./tracemem.duckdb or $TRACEMEM_DB) and
 `--json`. Errors are one line on stderr and a non-zero exit, never a traceback.
@@ -14,7 +17,7 @@ import json
 import os
 import sys
 from datetime import datetime, timedelta, timezone
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import duckdb
 
@@ -30,7 +33,12 @@ def _parent() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+Setup = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace, Any], None]
+Extra = Mapping[str, tuple[str, Setup, Run]]  # name → (help, add its arguments, run it)
+
+
+def build_parser(extra: Optional[Extra] = None) -> argparse.ArgumentParser:
     common = _parent()
     ap = argparse.ArgumentParser(prog="tracemem", description=__doc__.splitlines()[0], parents=[common])
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -62,19 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory")
     p = sub.add_parser("graph", parents=[common], help="Mermaid of a flow: MODULE:ATTR")
     p.add_argument("target")
-    p = sub.add_parser("demo", parents=[common], help="the whole idea in one minute")
-    p.add_argument("--fresh", action="store_true", help="start from an empty file")
+    for name, (help_text, setup, _) in (extra or {}).items():
+        setup(sub.add_parser(name, parents=[common], help=help_text))
     return ap
 
 
-def _db(args: argparse.Namespace) -> str:
+def db_path(args: argparse.Namespace) -> str:
+    """The store file a command works on: --db, else $TRACEMEM_DB, else ./tracemem.duckdb."""
     return getattr(args, "db", None) or os.environ.get("TRACEMEM_DB") or "tracemem.duckdb"
 
 
 def _open(args: argparse.Namespace, write: bool = False) -> Any:
     from ..store import Store
 
-    path = _db(args)
+    path = db_path(args)
     if path != ":memory:" and not os.path.exists(path):  # never create a store from a mistyped --db
         raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
     store = Store(path, read_only=not write, snapshot_if_locked=not write)
@@ -271,26 +280,21 @@ def cmd_graph(args: argparse.Namespace, out: Any) -> None:
         print(flow.to_mermaid(), file=out)
 
 
-def cmd_demo(args: argparse.Namespace, out: Any) -> None:
-    from .demo import run_demo
-
-    run_demo(_db(args) if getattr(args, "db", None) else "demo.duckdb", fresh=args.fresh, out=out)
-
-
 def _json(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "json", False))
 
 
 COMMANDS = {"runs": cmd_runs, "show": cmd_show, "backtrack": cmd_backtrack, "sql": cmd_sql,
-            "memories": cmd_memories, "prune": cmd_prune, "export": cmd_export, "graph": cmd_graph,
-            "demo": cmd_demo}
+            "memories": cmd_memories, "prune": cmd_prune, "export": cmd_export, "graph": cmd_graph}
 
 
-def main(argv: Optional[Sequence[str]] = None, out: Any = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None, out: Any = None, extra: Optional[Extra] = None) -> int:
+    """Run one command; `extra` adds commands defined outside the engine (e.g. `demo`)."""
+    args = build_parser(extra).parse_args(argv)
     out = out or sys.stdout
+    commands = {**COMMANDS, **{name: run for name, (_, _, run) in (extra or {}).items()}}
     try:
-        COMMANDS[args.command](args, out)
+        commands[args.command](args, out)
     except (TracememError, duckdb.Error, OSError, ValueError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"tracemem: error: {message}", file=sys.stderr)

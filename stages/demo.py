@@ -14,11 +14,17 @@ import sys
 import textwrap
 from typing import Any, TextIO
 
-from ..decide import decide
-from ..models import ScriptedModel
-from ..pipeline import Pipeline
-from ..store import Store
-from stages import AgentScope, assemble_prompt, call_model, extract_memories, load_snapshot, recall
+from tracemem import Pipeline, decide
+from tracemem.cli.render import table
+from tracemem.models import ScriptedModel
+from tracemem.store import Store
+
+from .extract import extract_memories
+from .model_call import call_model
+from .prompt import assemble_prompt
+from .recall import recall
+from .scope import AgentScope
+from .snapshot import load_snapshot
 
 SUBJECT = "customer-dana"
 SESSIONS = [
@@ -148,8 +154,6 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
                    json_extract_string(r.output, '$.answer')[1:48] AS answer
             FROM memory_uses u JOIN memories m USING (memory_id) JOIN runs r USING (run_id)
             WHERE u.outcome = 'injected' AND m.text LIKE '%refund%' ORDER BY r.started_at""")
-        from .render import table
-
         say(table(rel.columns, rel.fetchall(), width=48))
 
         say.part("5. Fix: flag the memory, rerun the same question")
