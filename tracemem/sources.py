@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import trace as _trace
-from .trace import RunIndex, Trace, _short
+from . import walk as _walk
+from .trace import Trace, _short
+from .walk import RunIndex
 
 if TYPE_CHECKING:
-    from .trace import _Walker
+    from .walk import Walker
 
 
 def _rows(idx: RunIndex, table: str, step: int) -> list[dict[str, Any]]:
@@ -31,7 +33,7 @@ def _sections(idx: RunIndex, prompt_id: str) -> list[dict[str, Any]]:
     return [r for r in idx.run.rows.get("prompt_sections", ()) if r["prompt_id"] == prompt_id]
 
 
-def step_sources(w: "_Walker", idx: RunIndex, step: int, node: str, depth: int) -> None:
+def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -> None:
     run_id = idx.run.run_id
     for call in _rows(idx, "model_calls", step):
         child = f"mc:{run_id}:{call['call_id']}"
@@ -51,7 +53,7 @@ def step_sources(w: "_Walker", idx: RunIndex, step: int, node: str, depth: int) 
             w.link(node, child, "source")
 
 
-def _expand_call(w: "_Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any]) -> None:
+def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any]) -> None:
     if not call.get("prompt_id"):
         return
     counters: dict[str, int] = {}
@@ -65,12 +67,12 @@ def _expand_call(w: "_Walker", node: str, depth: int, idx: RunIndex, call: dict[
             w.link(node, child, "source")
 
 
-def _expand_section(w: "_Walker", node: str, depth: int, idx: RunIndex, section: dict[str, Any]) -> None:
+def _expand_section(w: "Walker", node: str, depth: int, idx: RunIndex, section: dict[str, Any]) -> None:
     if section["source_kind"] == "memory" and section["source_id"]:
         memory_node(w, node, section["source_id"], depth, "source")
 
 
-def memory_node(w: "_Walker", parent: str, memory_id: str, depth: int, kind: str) -> None:
+def memory_node(w: "Walker", parent: str, memory_id: str, depth: int, kind: str) -> None:
     child = f"m:{memory_id}"
     attrs: dict[str, Any] = {"kind": "memory", "memory_id": memory_id}
     record = None
@@ -89,7 +91,7 @@ def memory_node(w: "_Walker", parent: str, memory_id: str, depth: int, kind: str
         w.link(parent, child, kind)
 
 
-def _expand_memory(w: "_Walker", node: str, depth: int, idx: Optional[RunIndex], record: Any) -> None:
+def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], record: Any) -> None:
     if not record.source_run_id:
         return
     origin = w.index(record.source_run_id)
@@ -109,7 +111,7 @@ def _expand_memory(w: "_Walker", node: str, depth: int, idx: Optional[RunIndex],
     w.link(node, child, "provenance")
 
 
-def _expand_past_run(w: "_Walker", node: str, depth: int, idx: RunIndex, run_id: str) -> None:
+def _expand_past_run(w: "Walker", node: str, depth: int, idx: RunIndex, run_id: str) -> None:
     past = w.index(run_id)
     if past is None and not w.cross_runs:
         return
@@ -187,5 +189,5 @@ def influence(trace: Trace, embedder: Any = None) -> list[dict[str, Any]]:
     return out
 
 
-_trace.SOURCE_HOOKS.append(step_sources)
+_walk.SOURCE_HOOKS.append(step_sources)
 _trace.DESCRIBERS.append(describe)
