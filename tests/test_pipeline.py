@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from tracemem import Pipeline, PipelineError
-from tracemem.runner import Flow
+from tracemem.flow import Flow
 
 
 class S(BaseModel):

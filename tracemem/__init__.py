@@ -10,7 +10,8 @@ from .errors import (ForkConflictError, LoopLimitError, PipelineError, ScopeRead
 from .pipeline import Pipeline
 from .record import Decision, Read, Step, Write
 from .run import Run
-from .runner import Flow, RunFailed
+from .errors import RunFailed
+from .flow import Flow
 from . import sources as _sources  # registers backtracking beyond the scope  # noqa: E402,F401
 
 __all__ = [

@@ -1,6 +1,11 @@
 """Errors a user can act on: each names what failed, where (stage, field, run) and what to do."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .run import Run
+
 
 class TracememError(Exception):
     """Base class of every error tracemem raises on purpose."""
@@ -50,3 +55,12 @@ class StageError(TracememError):
     def __init__(self, stage: str, run_id: str, error: BaseException) -> None:
         super().__init__(f"stage '{stage}' failed in run {run_id}: {type(error).__name__}: {error}")
         self.stage, self.run_id, self.error = stage, run_id, error
+
+
+class RunFailed(TracememError):
+    """A run ended failed; `.run` is the recorded run (every finished step kept)."""
+
+    def __init__(self, run: "Run", cause: Optional[BaseException]) -> None:
+        super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
+        self.run = run
+        self.__cause__ = cause

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from .errors import PipelineError
 
 if TYPE_CHECKING:
-    from .runner import Flow
+    from .flow import Flow
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -146,7 +146,7 @@ class Pipeline(Generic[S]):
         return self
 
     def _arm(self, decider: str, key: str, arm: Any) -> Union[list, str]:
-        from .runner import Flow
+        from .flow import Flow
 
         if isinstance(arm, str):
             return arm
@@ -174,7 +174,7 @@ class Pipeline(Generic[S]):
                 description: Optional[str] = None) -> "Pipeline[S]":
         """Run another flow as a child run: `inputs` maps child field ← parent field (or is
         `fn(scope) -> dict`), `outputs` maps parent field ← child field."""
-        from .runner import Flow
+        from .flow import Flow
 
         if not isinstance(flow, Flow):
             raise PipelineError(f"pipeline '{self.name}': subflow needs a built flow (call .build()), got {flow!r}")
@@ -205,7 +205,7 @@ class Pipeline(Generic[S]):
 
     def build(self) -> "Flow[S]":
         """Validate and compile; errors name the offending stage."""
-        from .runner import Flow
+        from .flow import Flow
 
         return Flow(self)
 

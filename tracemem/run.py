@@ -37,9 +37,6 @@ class Run:
         self.status = "running"
         self.error: Optional[str] = None
         self._output: Any = None
-        # runs.output: the final value of each field this run set as a whole, plus "$partial" listing the
-        # fields it changed only in place (their changes are in `writes`); never the whole carried-over state,
-        # so a long conversation thread stores each message once.
         self.output_json: Optional[str] = None
         self.steps: list[Step] = []
         self.reads: list[Read] = []

@@ -1,6 +1,6 @@
 """Executing a compiled pipeline: stages, branches, forks, loops and subflows.
 
-One coroutine runs every flow. A flow with no async stage is driven without an
+One coroutine runs every flow (`tracemem.flow.Flow.run` drives it). A flow with no async stage is driven without an
 event loop (the coroutine never suspends, so `run()` costs no asyncio set-up);
 a flow with async stages runs under `asyncio.run` or `await flow.arun(...)`.
 """
@@ -11,105 +11,23 @@ import json
 import os
 import time
 from types import MappingProxyType
-from typing import Any, Generic, Mapping, Optional, Protocol, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from .ids import new_id
 from .context import EMPTY, ReadOnlyArgs, StageContext
-from .errors import LoopLimitError, StageError, TracememError
-from .paths import root_of
-from .pipeline import Pipeline, StageSpec
-from .program import Ins, Program
-from .record import Decision, Read, Step, Write
+from .errors import LoopLimitError, RunFailed, StageError, TracememError
+from .pipeline import StageSpec
+from .program import Ins
+from .record import Decision, Step, Write
 from .run import Run
-from .schema import ScopeSchema, register_pipeline, schema_for
 from .fork import apply_ops, fork_conflict, run_branches
-from .scope import RunState, StageScope, unwrap, view_class
+from .scope import RunState, StageScope, unwrap
 
-S = TypeVar("S", bound=BaseModel)
+if TYPE_CHECKING:
+    from .flow import Flow
+
 _PROCESS_SALT = os.urandom(16)
 _DEFAULT_SINKS: list[Any] = []  # process-wide sinks (e.g. OpenTelemetry export)
-
-
-class Sink(Protocol):
-    """Receives a run as it happens (the store, OpenTelemetry export)."""
-
-    def begin_run(self, run: Run) -> None: ...
-    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
-                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None: ...
-    def end_run(self, run: Run) -> None: ...
-
-
-class RunFailed(TracememError):
-    """A run ended failed; `.run` is the recorded run (every finished step kept)."""
-
-    def __init__(self, run: Run, cause: Optional[BaseException]) -> None:
-        super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
-        self.run = run
-        self.__cause__ = cause
-
-
-class Flow(Generic[S]):
-    """A validated, runnable pipeline (`Pipeline.build()`)."""
-
-    def __init__(self, pipeline: Pipeline[S]) -> None:
-        self.pipeline = pipeline
-        self.name = pipeline.name
-        self.scope = pipeline.scope
-        self.program = Program(pipeline)
-        self.graph = self.program.graph
-        self.hash = self.program.fingerprint()
-        self.schema: ScopeSchema = schema_for(pipeline.scope)
-        self.view_class = view_class(self.schema)
-        register_pipeline(self.hash, self.schema)
-        self.has_async = any(s.is_async for s in self.program.specs) or any(
-            i.op == "loop" and callable(i.node.when) and asyncio.iscoroutinefunction(i.node.when)
-            for i in self.program.ins
-        )
-
-    def __repr__(self) -> str:
-        return f"<Flow {self.name} {self.hash} stages={len(self.program.specs)}>"
-
-    def to_mermaid(self) -> str:
-        """The stage graph as a Mermaid flowchart."""
-        return self.program.mermaid()
-
-    def to_spec(self) -> dict[str, Any]:
-        """The stage graph as a JSON-able dict (nodes, edges, scope fields, hash)."""
-        return {**self.program.spec(), "hash": self.hash}
-
-    def run(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
-            subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
-            tracer_provider: Any = None, resume: Any = None) -> Run:
-        """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
-        unless `raise_on_error=False`; the failed run is recorded either way).
-
-        `resume=<Run or run id>` starts from that run's final state (a conversation
-        thread): only `inputs` are recorded as this run's input, and reads of the
-        carried-over state trace back into the earlier run."""
-        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider, resume=resume)
-        if self.has_async:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                return asyncio.run(exe.execute(raise_on_error, async_mode=True))
-            raise TracememError(f"flow '{self.name}' has async stages and an event loop is running: "
-                                f"use `await flow.arun(...)`")
-        coro = exe.execute(raise_on_error, async_mode=False)
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            return done.value
-        coro.close()
-        raise TracememError(f"flow '{self.name}' suspended without async stages; use `await flow.arun(...)`")
-
-    async def arun(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
-                   subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
-                   tracer_provider: Any = None, resume: Any = None) -> Run:
-        """`run` for callers already inside an event loop."""
-        exe = _Execution(self, inputs, env, store, subject, durability, tracer_provider, resume=resume)
-        return await exe.execute(raise_on_error, async_mode=True)
 
 
 class _Abort(Exception):
@@ -146,13 +64,13 @@ class _Execution:
         self.next_step = 0
         self.counts: dict[str, int] = {}
         self.async_mode = False
-        self.resume = resume  # a Run or run id this run continues (a conversation thread)
+        self.resume: Optional[Run] = resume  # the run this one continues (a conversation thread)
 
     # -- run --------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
         flow = self.flow
-        previous = self._previous() if self.resume is not None else None
+        previous = self.resume
         if previous is None:
             data = flow.schema.initial(self.inputs, flow.name)
             recorded = data
@@ -191,38 +109,12 @@ class _Execution:
             raise RunFailed(run, cause)
         return run
 
-    def _output_json(self, run: Run, data: dict[str, Any]) -> str:
-        """Fields this run set whole, with final values; fields only changed in place are named."""
-        failed = {s.step for s in run.steps if s.status != "ok"}
-        whole: set[str] = set()
-        partial: set[str] = set()
-        for w in run.writes:
-            if w.step in failed:
-                continue
-            root = root_of(w.path)
-            (whole if w.verb == "set" and w.path == root else partial).add(root)
-        text = self.flow.schema.dump_scope({k: data[k] for k in whole}, self.salt)
-        rest = sorted(partial - whole)
-        return text if not rest else text[:-1] + ("," if len(text) > 2 else "") + f'"$partial":{json.dumps(rest)}' + "}"
-
-    def _previous(self) -> Run:
-        previous = self.resume
-        if isinstance(previous, str):
-            if self.store is None:
-                raise TracememError(f"resume='{previous}' needs store=...: a run id is looked up in the store")
-            previous = self.store.run(previous)
-        if not isinstance(previous, Run):
-            raise TracememError(f"resume= takes a Run or a run id, got {previous!r}")
-        if previous.schema is not None and previous.schema.model is not self.flow.scope:
-            raise TracememError(f"cannot resume run {previous.run_id} of '{previous.pipeline}' with flow "
-                                f"'{self.flow.name}': their scopes differ")
-        return previous
-
     def _finish(self, run: Run) -> None:
         data = self.state.data
         run.ended_at = time.time_ns()
         run.output = self.flow.scope.model_construct(**data)
-        run.output_json = self._output_json(run, data)
+        failed = {s.step for s in run.steps if s.status != "ok"}
+        run.output_json = self.flow.schema.dump_output(data, [w for w in run.writes if w.step not in failed], self.salt)
         if self.flow.pipeline.query and run.query is None:
             run.query = str(unwrap(data.get(self.flow.pipeline.query)) or "") or None
         for sink in self.sinks:
@@ -284,24 +176,14 @@ class _Execution:
         if ctx is None:
             ctx = getattr(rec, "ctx", None)  # the context of a stage that raised
         message = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
-        message = self._without_secrets(str(message))
+        message = self.flow.schema.mask_secrets(str(message), self.state.data)
         step = Step(rec.step, spec.id, spec.name, kind or spec.kind, iteration, "failed", message, started,
                     time.time_ns(), routed, child_run_id, tuple(ctx._logs) if ctx else ())
         self._record(step, rec, None, writes=[])
         if isinstance(error, TracememError) and not isinstance(error, StageError):
             return _Abort(message, error)
-        return _Abort(self._without_secrets(str(StageError(spec.id, self.run.run_id, error))), error)
-
-    def _without_secrets(self, text: str) -> str:
-        """Error text is recorded: a secret field's value quoted in it is masked."""
-        for name in self.flow.schema.secret:
-            value = self.state.data.get(name)
-            raw = value.get_secret_value() if hasattr(value, "get_secret_value") else value
-            if isinstance(raw, bytes):
-                raw = raw.decode(errors="ignore")
-            if isinstance(raw, str) and len(raw) >= 4 and raw in text:
-                text = text.replace(raw, "<redacted>")
-        return text
+        return _Abort(self.flow.schema.mask_secrets(str(StageError(spec.id, self.run.run_id, error)), self.state.data),
+                      error)
 
     def _record(self, step: Step, rec: StageScope, decision: Optional[Decision],
                 writes: Optional[list[Write]] = None) -> None:

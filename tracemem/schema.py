@@ -15,7 +15,7 @@ import pydantic_core
 from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter, ValidationError
 
 from .errors import TracememError
-from .paths import Path
+from .paths import Path, root_of
 
 _NOT_VALIDATED = object()
 
@@ -102,6 +102,30 @@ class ScopeSchema:
     def dump_scope(self, data: dict[str, Any], salt: bytes) -> str:
         """JSON text of scope data (all fields present in `data`, in model order)."""
         return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields if k in data) + "}"
+
+    def dump_output(self, data: dict[str, Any], writes: list[Any], salt: bytes) -> str:
+        """`runs.output`: the final value of each field the run set whole; the fields it changed
+        only in place are named under "$partial" (their changes are in `writes`). Never the whole
+        carried-over state, so a long conversation thread stores each message once."""
+        whole: set[str] = set()
+        partial: set[str] = set()
+        for w in writes:
+            root = root_of(w.path)
+            (whole if w.verb == "set" and w.path == root else partial).add(root)
+        text = self.dump_scope({k: data[k] for k in whole}, salt)
+        rest = sorted(partial - whole)
+        return text if not rest else text[:-1] + ("," if len(text) > 2 else "") + f'"$partial":{json.dumps(rest)}' + "}"
+
+    def mask_secrets(self, text: str, data: dict[str, Any]) -> str:
+        """Error text is recorded: a secret field's value quoted in it is masked."""
+        for name in self.secret:
+            value = data.get(name)
+            raw = value.get_secret_value() if hasattr(value, "get_secret_value") else value
+            if isinstance(raw, bytes):
+                raw = raw.decode(errors="ignore")
+            if isinstance(raw, str) and len(raw) >= 4 and raw in text:
+                text = text.replace(raw, "<redacted>")
+        return text
 
     def resume(self, base: dict[str, Any], inputs: Any, pipeline: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """Starting scope of a run that continues an earlier one: its final state plus `inputs`."""

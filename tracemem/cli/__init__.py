@@ -254,7 +254,7 @@ def cmd_export(args: argparse.Namespace, out: Any) -> None:
 
 def cmd_graph(args: argparse.Namespace, out: Any) -> None:
     from ..pipeline import Pipeline
-    from ..runner import Flow
+    from ..flow import Flow
 
     module_name, _, attr = args.target.partition(":")
     if not attr:
