@@ -37,7 +37,7 @@ class Run:
         self.status = "running"
         self.error: Optional[str] = None
         self._output: Any = None
-        self.output_json: Optional[str] = None
+        self.output_json: Optional[str] = None  # runs.output: see ScopeSchema.dump_output
         self.steps: list[Step] = []
         self.reads: list[Read] = []
         self.writes: list[Write] = []

@@ -53,8 +53,12 @@ def unwrap(value: Any) -> Any:
     return value
 
 
-def _wrap_child(rec: StageScope, path: Path, value: Any) -> Any:
-    return value if type(value) in _SCALARS else track(value, rec, path)
+def _reached(value: Any, rec: StageScope, path: Path) -> Any:
+    """A child reached through a tracked container: scalars and tracked copies as they are, anything
+    else as a new tracked copy — which the caller stores back in the slot, so it is made once."""
+    if type(value) in _SCALARS or isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
+        return value
+    return track(value, rec, path)
 
 
 class TrackedList(list):
@@ -78,10 +82,9 @@ class TrackedList(list):
             return [self[i] for i in range(*index.indices(len(self)))]
         i = self._index(index)
         value = list.__getitem__(self, i)
-        if type(value) in _SCALARS or isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
-            return value
-        wrapped = track(value, self._rec, self._path + (i,))
-        list.__setitem__(self, i, wrapped)
+        wrapped = _reached(value, self._rec, self._path + (i,))
+        if wrapped is not value:
+            list.__setitem__(self, i, wrapped)
         return wrapped
 
     def __iter__(self) -> Any:
@@ -165,10 +168,9 @@ class TrackedDict(dict):
 
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
-        if type(value) in _SCALARS or isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
-            return value
-        wrapped = track(value, self._rec, self._path + (key,))
-        dict.__setitem__(self, key, wrapped)
+        wrapped = _reached(value, self._rec, self._path + (key,))
+        if wrapped is not value:
+            dict.__setitem__(self, key, wrapped)
         return wrapped
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -242,12 +244,12 @@ class TrackedModel:
     def __getattr__(self, name: str) -> Any:
         model = self._model
         value = getattr(model, name)
-        if name not in type(model).model_fields or type(value) in _SCALARS:
+        if name not in type(model).model_fields:
             return value
-        if not isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
-            value = _wrap_child(self._rec, self._path + (name,), value)
-            model.__dict__[name] = value
-        return value
+        wrapped = _reached(value, self._rec, self._path + (name,))
+        if wrapped is not value:
+            model.__dict__[name] = wrapped
+        return wrapped
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in type(self._model).model_fields:
