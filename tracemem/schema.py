@@ -26,6 +26,25 @@ def _is_secret_annotation(ann: Any) -> bool:
     return any(_is_secret_annotation(arg) for arg in typing.get_args(ann))
 
 
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))
+
+
+def _rebuilt(ann: Any) -> bool:
+    """True for builtin containers of immutable values (e.g. list[dict[str, str]]): pydantic builds
+    new containers when it validates them. Models and Any pass the caller's objects through."""
+    if ann in _IMMUTABLE or ann is Ellipsis:
+        return True
+    origin = typing.get_origin(ann)
+    if origin is typing.Literal:
+        return True
+    if origin is Annotated:
+        return _rebuilt(typing.get_args(ann)[0])
+    if origin in (list, dict, set, frozenset, tuple, Union) or str(origin) == "<class 'types.UnionType'>":
+        args = typing.get_args(ann)
+        return bool(args) and all(_rebuilt(a) for a in args)
+    return False
+
+
 def _child_annotation(ann: Any, key: Any) -> Any:
     """The annotation of `container[key]` given the container's annotation (Any if unknown)."""
     origin = typing.get_origin(ann)
@@ -62,6 +81,7 @@ class ScopeSchema:
         )
         self._adapters: dict[str, TypeAdapter] = {}
         self._sub_adapters: dict[Any, TypeAdapter | None] = {}
+        self._rebuilt_fields = {name: _rebuilt(info.annotation) for name, info in model.model_fields.items()}
 
     def adapter(self, name: str) -> TypeAdapter:
         """The validator of one top-level field (type and constraints)."""
@@ -72,22 +92,28 @@ class ScopeSchema:
             adapter = self._adapters[name] = TypeAdapter(ann)
         return adapter
 
-    def sub_adapter(self, path: Path, element: bool) -> TypeAdapter | None:
-        """Validator for the value at `path` (or for an element appended to it); None = Any."""
+    def rebuilt(self, name: str) -> bool:
+        """Whether validating field `name` builds fresh containers all the way down, so the
+        validated value cannot alias the writer's object (else the scope copies it)."""
+        return self._rebuilt_fields[name]
+
+    def sub_adapter(self, path: Path, element: bool) -> tuple[TypeAdapter | None, bool]:
+        """Validator for the value at `path` (or for an element appended to it; None = Any), and
+        whether its validation builds fresh containers (see `rebuilt`)."""
         ann: Any = self.model.model_fields[path[0]].annotation
         for key in path[1:]:
             ann = _child_annotation(ann, key)
         if element:
             ann = _child_annotation(ann, 0)
         if ann is Any:
-            return None
+            return None, False
         try:
             cached = self._sub_adapters.get(ann, _NOT_VALIDATED)
         except TypeError:  # unhashable annotation
-            return TypeAdapter(ann)
+            return TypeAdapter(ann), False
         if cached is _NOT_VALIDATED:
             cached = self._sub_adapters[ann] = TypeAdapter(ann)
-        return cached  # type: ignore[return-value]
+        return cached, _rebuilt(ann)  # type: ignore[return-value]
 
     def default(self, name: str) -> Any:
         """The default value of a field (what deleting it restores)."""

@@ -109,7 +109,7 @@ class StageScope:
         except ValidationError as err:
             shown = "<redacted>" if name in schema.secret else value
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
-        if type(value) not in _SCALARS:
+        if type(value) not in _SCALARS and not schema.rebuilt(name):
             value = _owned(value)
         self.seq += 1
         self.writes.append(Write(self.step, self.seq, name, "set", schema.dump(name, value, self.state.salt)))
@@ -125,14 +125,14 @@ class StageScope:
         """Record an in-place change at `path` made through a tracked container."""
         schema = self.state.schema
         if verb != "delete":
-            adapter = schema.sub_adapter(path, element)
+            adapter, rebuilt = schema.sub_adapter(path, element)
             raw = unwrap(value)
             try:
                 value = raw if adapter is None else adapter.validate_python(raw)
             except ValidationError as err:
                 shown = "<redacted>" if path[0] in schema.secret else raw
                 raise ScopeWriteError(self.stage, format_path(path), shown, short_error(err)) from None
-            if type(value) not in _SCALARS:
+            if type(value) not in _SCALARS and not rebuilt:
                 value = _owned(value)
         root = path[0]
         proxy = self.proxies.get(root)
