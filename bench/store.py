@@ -138,7 +138,7 @@ def main() -> None:
     ingest = Store(os.path.join(folder, "ingest.duckdb"))
     start = time.perf_counter()
     for r in runs:
-        ingest._enqueue(r)
+        ingest.writer.enqueue(r)
     ingest.flush()
     elapsed = time.perf_counter() - start
     print(f"\n## ingest: {rows:,} rows from {len(runs):,} runs in {elapsed * 1000:.0f} ms = "

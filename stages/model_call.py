@@ -7,8 +7,6 @@ row), while every earlier step of the run stays recorded.
 """
 from __future__ import annotations
 
-import time
-from tracemem.ids import new_id
 from typing import Any, Callable, Optional, Union
 
 from tracemem import StageContext, TracememError
@@ -38,20 +36,7 @@ def call_model(model: Union[ChatModel, str] = "model", *, system_from: Optional[
         if asked:
             messages.append({"role": "user", "content": question})
         prompt_id = getattr(scope, prompt_id_from) if prompt_id_from else None
-        call_id = new_id(48)
-        started = time.time_ns()
-        try:
-            reply = chat.complete(messages, schema=schema)  # type: ignore[union-attr]
-        except Exception as err:
-            ctx.emit("model_calls", call_id=call_id, model=getattr(chat, "name", None),
-                     provider=getattr(chat, "provider", None), prompt_id=prompt_id or None, response=None,
-                     input_tokens=None, output_tokens=None, latency_ms=(time.time_ns() - started) / 1e6,
-                     started_at=started, error=f"{type(err).__name__}: {err}")
-            raise
-        ctx.emit("model_calls", call_id=call_id, model=reply.model or getattr(chat, "name", None),
-                 provider=getattr(chat, "provider", None), prompt_id=prompt_id or None, response=reply.text,
-                 input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-                 latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None)
+        reply = ctx.complete(chat, messages, prompt_id=prompt_id, schema=schema)
         setattr(scope, into, reply.text)
         if append_to_messages and messages_from:
             target = getattr(scope, messages_from)

@@ -499,17 +499,17 @@ def test_explicit_provider_wins_over_enable(otel_setup):
 
 
 def test_enable_replaces_and_disable_removes():
-    from tracemem import runner
+    from tracemem.flow.sinks import default_sinks
 
     a, b = TracerProvider(), TracerProvider()
     try:
         sink = otel.enable(a)
-        assert isinstance(sink, otel.OTelSink) and runner._DEFAULT_SINKS == [sink]
+        assert isinstance(sink, otel.OTelSink) and default_sinks.all() == [sink]
         second_sink = otel.enable(b, capture_content=True)
-        assert runner._DEFAULT_SINKS == [second_sink] and second_sink.capture_content
+        assert default_sinks.all() == [second_sink] and second_sink.capture_content
     finally:
         otel.disable()
-    assert not any(isinstance(s, otel.OTelSink) for s in runner._DEFAULT_SINKS)
+    assert not any(isinstance(s, otel.OTelSink) for s in default_sinks.all())
 
 
 def test_sampled_out_runs_cost_nothing_and_export_nothing():

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from tracemem import Pipeline, PipelineError
-from tracemem.flow import Flow
+from tracemem import Flow
 
 
 class S(BaseModel):

@@ -12,9 +12,9 @@ import pytest
 from pydantic import BaseModel, Field, SecretStr
 
 from tracemem import Pipeline, Run, RunFailed, TracememError, decide
-from tracemem import schema as schema_module
+from tracemem.scope.known import known_scopes
 from tracemem.store import SCHEMA_VERSION, PruneReport, Store
-from tracemem.store import schema as store_schema
+from tracemem.store import tables as store_schema
 
 
 class S(BaseModel):
@@ -155,7 +155,7 @@ def test_loaded_run_without_scope_model_gives_plain_data(tmp_path, monkeypatch):
         live = FLOW.run({"question": "what is a duck?"}, store=store)
     with Store(path) as store:
         assert store.run(live.run_id).schema is not None  # flows built in this process are known to any store
-        monkeypatch.delitem(schema_module._PIPELINES, FLOW.hash)  # as in a process that never built the flow
+        monkeypatch.delitem(known_scopes.by_hash, FLOW.hash)  # as in a process that never built the flow
         loaded = store.run(live.run_id)  # the scope model is unknown to this store
         assert loaded.schema is None
         assert loaded.state_at() == live.output.model_dump(mode="json")

@@ -2,21 +2,41 @@
 
 Every stage, read, write, decision, model call, prompt section and memory use is
 recorded, so any answer can be traced back to what produced it.
+
+How a run flows (the folders in the order a run passes through them; the handle
+goes down, data never calls back up):
+
+```mermaid
+flowchart LR
+    P["flow/pipeline.py<br/>Pipeline → Flow"] --> R["flow/runner.py<br/>executes the Program"]
+    R --> S["scope/recorder.py<br/>records reads and writes"]
+    R --> K["flow/sinks.py<br/>store, OpenTelemetry"]
+    K --> W["store/writer.py<br/>batches, journal → DuckDB"]
+    R --> U["run.py<br/>the recorded Run"]
+    U --> T["trace/walk.py<br/>backtrack → Trace"]
+```
+
+1. `flow/pipeline.py`: `Pipeline(...).then(...).build()` compiles a `Program`
+   (`flow/program.py`); `Flow.run` assembles the sinks and starts the runner.
+2. `flow/runner.py`: one step path for every node kind — begin, call the stage
+   with its scope view (`scope/view.py`) and context (`flow/context.py`),
+   commit, hand the finished step to the sinks.
+3. `scope/recorder.py`: each read with its source, each write validated and buffered.
+4. `store/writer.py`: the store's sink queues finished runs and writes them in
+   columnar batches (or journals each stage, for durability "stage").
+5. `run.py`: the `Run` the runner returns and `store.run(id)` loads back.
+6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
-from .context import StageContext
-from .decide import decide
-from .errors import (ForkConflictError, LoopLimitError, PipelineError, ScopeReadError, ScopeWriteError,
-                     StageError, TracememError)
-from .pipeline import Pipeline
+from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, RunFailed, ScopeReadError,
+                     ScopeWriteError, StageError, TracememError)
+from .flow.context import StageContext
+from .flow.decide import decide
+from .flow.pipeline import Flow, Pipeline
 from .record import Decision, Read, Step, Write
 from .run import Run
-from .errors import RunFailed
-from .flow import Flow
-from . import sources as _sources  # registers backtracking beyond the scope  # noqa: E402,F401
 
 __all__ = [
-    "Pipeline", "Flow", "Run", "RunFailed", "StageContext", "decide",
-    "Step", "Read", "Write", "Decision",
-    "TracememError", "PipelineError", "ScopeWriteError", "ScopeReadError", "ForkConflictError",
-    "LoopLimitError", "StageError",
+    "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
+    "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext", "StageError", "Step",
+    "TracememError", "Write", "decide",
 ]

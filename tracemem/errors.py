@@ -1,7 +1,25 @@
-"""Errors a user can act on: each names what failed, where (stage, field, run) and what to do."""
+"""Errors a user can act on: each names what failed, where (stage, field, run) and what to do.
+
+Every error tracemem raises on purpose derives from `TracememError`:
+
+    TracememError
+    ├── PipelineError        the pipeline declaration is invalid (`Pipeline.build()`)
+    ├── ScopeWriteError      a stage wrote a value the scope's schema rejects
+    ├── ScopeReadError       a stage read a name the scope does not have (also an AttributeError)
+    ├── PathError            text that is not a scope path, e.g. 'messages[0' (also a ValueError)
+    ├── ForkConflictError    two fork branches wrote the same path
+    ├── LoopLimitError       a loop exceeded its max_iterations guard
+    ├── StageError           wraps what a stage raised, naming the stage and the run
+    ├── RunFailed            a run ended failed; `.run` is the recorded run
+    ├── ModelError           a chat model call failed (tracemem.models)
+    ├── MemoryStoreError     a memory operation was refused (tracemem.memory)
+    └── StoreLockedError     another process holds the store file (tracemem.store)
+"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
+
+from .text import clip
 
 if TYPE_CHECKING:
     from .run import Run
@@ -19,9 +37,7 @@ class ScopeWriteError(TracememError):
     """A stage wrote a value the scope's schema rejects."""
 
     def __init__(self, stage: str, path: str, value: object, reason: str) -> None:
-        shown = repr(value)
-        if len(shown) > 120:
-            shown = shown[:117] + "..."
+        shown = clip(repr(value), 120)
         super().__init__(
             f"stage '{stage}' wrote an invalid value to '{path}': {shown} — {reason}. "
             f"Fix the stage or widen the field's type in the scope model."
@@ -31,6 +47,10 @@ class ScopeWriteError(TracememError):
 
 class ScopeReadError(TracememError, AttributeError):
     """A stage read a name the scope does not have."""
+
+
+class PathError(TracememError, ValueError):
+    """Text that is not a scope path (`messages[0].content` is one)."""
 
 
 class ForkConflictError(TracememError):

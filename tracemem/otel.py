@@ -33,6 +33,7 @@ from typing import Any, Optional
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from .flow.sinks import default_sinks
 from .record import Decision, Read, Step, Write
 from .run import Run
 
@@ -57,27 +58,21 @@ _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": Sp
           "producer": SpanKind.PRODUCER, "consumer": SpanKind.CONSUMER}
 _ERROR_TYPE = re.compile(r"\b([A-Z]\w*(?:Error|Exception|Interrupt|Exit))\b")
 _TRACERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-_TOOLS: "weakref.WeakKeyDictionary[Any, dict[str, Optional[str]]]" = weakref.WeakKeyDictionary()
-_NO_TOOLS: dict[str, Optional[str]] = {}
 
 
 def enable(tracer_provider: Any = None, *, capture_content: bool = False) -> "OTelSink":
     """Export every run in this process (`None` = the global tracer provider); replaces an earlier enable().
 
     A run given `flow.run(..., tracer_provider=...)` is exported there instead."""
-    from . import runner
-
     disable()
     sink = OTelSink(tracer_provider, capture_content=capture_content)
-    runner._DEFAULT_SINKS.append(sink)
+    default_sinks.add(sink)
     return sink
 
 
 def disable() -> None:
     """Stop the process-wide export started by `enable()` (runs already going finish their traces)."""
-    from . import runner
-
-    runner._DEFAULT_SINKS[:] = [s for s in runner._DEFAULT_SINKS if not isinstance(s, OTelSink)]
+    default_sinks.remove_if(lambda sink: isinstance(sink, OTelSink))
 
 
 def _tracer(provider: Any) -> Any:
@@ -90,17 +85,6 @@ def _tracer(provider: Any) -> Any:
     if tracer is None:
         tracer = _TRACERS[provider] = provider.get_tracer("tracemem", _VERSION)
     return tracer
-
-
-def _tools(run: Run) -> dict[str, Optional[str]]:
-    """Stage id -> description for the stages of this run's flow marked `tool=True`."""
-    flow = getattr(run, "_flow", None)
-    if flow is None:
-        return _NO_TOOLS
-    tools = _TOOLS.get(flow)
-    if tools is None:
-        tools = _TOOLS[flow] = {s.id: s.description for s in flow.program.specs if s.tool}
-    return tools
 
 
 def _error_type(message: Optional[str]) -> str:
@@ -181,7 +165,7 @@ class OTelSink:
         """Start the run span (its trace id is recorded on the run)."""
         if run.trace_id is not None:  # another OTel sink exports this run
             return
-        state = _RunSpans(run, _tools(run))
+        state = _RunSpans(run, run.tools)
         parent = self._runs.get(run.parent_run_id) if run.parent_run_id is not None else None
         if parent is not None:
             # A subflow: its parent step's span is built when that step finishes, after this run;

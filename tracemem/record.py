@@ -2,10 +2,19 @@
 
 These are exactly the rows the store writes (`steps`, `reads`, `writes`,
 `decisions`), so a run loaded back from DuckDB is the same object as a live one.
+`RunLoader` is what readers of a run (replay, backtracking) may ask of the store
+the run was recorded in, so they never reach into the store itself.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Optional, Protocol
+
+if TYPE_CHECKING:
+    from .run import Run
+
+Verb = Literal["set", "append", "delete"]
+StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop"]
+StepStatus = Literal["ok", "failed"]
 
 
 class Read(NamedTuple):
@@ -24,7 +33,7 @@ class Write(NamedTuple):
     step: int
     seq: int
     path: str
-    verb: str  # set | append | delete
+    verb: Verb
     value: Optional[str]
 
 
@@ -42,9 +51,9 @@ class Step(NamedTuple):
     step: int
     stage: str  # stable stage id
     name: str
-    kind: str  # stage | decider | fork-branch | subflow | loop
+    kind: StepKind
     iteration: int
-    status: str  # ok | failed
+    status: StepStatus
     error: Optional[str]
     started_at: int  # ns since epoch
     ended_at: int
@@ -53,4 +62,19 @@ class Step(NamedTuple):
     logs: tuple[str, ...] = ()
 
 
-RUN_INPUT = None  # the source of a read whose value came from the run input
+class ThreadRun(NamedTuple):
+    """One run of a conversation thread as replay and backtracking need it."""
+
+    run_id: str
+    inputs: dict[str, Any]  # its recorded input (the whole starting scope for the thread's first run)
+    first: bool  # whether it starts the thread
+    writes: list[Write]  # its writes (to one field, when asked for one), failed steps left out
+    run: Optional["Run"] = None  # the live Run, when at hand (else it is loaded from the store on demand)
+
+
+class RunLoader(Protocol):
+    """What readers of a run may ask of the store it was recorded in (`tracemem.store.Store`)."""
+
+    def run(self, run_id: str) -> "Run": ...
+
+    def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]: ...

@@ -2,20 +2,23 @@
 
 Everything here works from the recorded rows alone (the initial scope and the
 write log), so a live run and one read back from DuckDB answer identically.
+A run that continued an earlier one (`resume=`) is the last of a thread: its
+state is the replay of the whole thread, from live runs where they are at hand
+and from the store it was recorded in for the rest.
 """
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-
 from .errors import TracememError
-from .paths import apply_write, parse_path
-from .record import Decision, Read, Step, Write
-from .schema import ScopeSchema
+from .record import Decision, Read, RunLoader, Step, ThreadRun, Write
+from .scope.paths import parse_path, root_of
+from .scope.replay import replay_thread
+from .scope.schema import ScopeSchema
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .trace.trace import Trace
 
 
 class Run:
@@ -47,14 +50,9 @@ class Run:
         self.query: Optional[str] = None
         self.trace_id: Optional[str] = None
         self.continues: Optional[str] = None  # the run whose final state this run started from
+        self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
+        self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
         self._previous: Optional["Run"] = None
-        self._journal: Optional[str] = None  # "stage"/"run": journaled by the store, moved to the tables later
-        # durability "stage": how much of the record has reached the tables, and how much is complete
-        # (counts of steps, reads, writes, decisions, and extra rows per table)
-        self._written: Optional[tuple] = None
-        self._mark: Optional[tuple] = None
-        self._flow: Any = None  # the live Flow (for sinks needing stage facts, e.g. OTel tool spans)
-        self.store: Any = None  # the Store it was recorded into, for cross-run backtracking
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.pipeline} {self.status} steps={len(self.steps)}>"
@@ -93,41 +91,45 @@ class Run:
         raise TracememError(f"run {self.run_id} has no step {ref!r}; steps: "
                             + ", ".join(f"{s.step}:{s.stage}" for s in self.steps))
 
+    # -- threads ------------------------------------------------------------------
+    def continue_from(self, previous: "Run") -> None:
+        """Mark this run as continuing `previous` (the runner does this for `resume=`)."""
+        self.continues, self._previous = previous.run_id, previous
+
     def previous(self) -> Optional["Run"]:
         """The run this one continued (`flow.run(..., resume=...)`), loaded on demand."""
         if self.continues and self._previous is None:
-            if self.store is None:
-                raise TracememError(f"run {self.run_id} continues run {self.continues}, which is not at hand; "
-                                    f"load it through the store it was recorded in")
-            self._previous = self.store.run(self.continues)
+            self._previous = self._loader().run(self.continues)
         return self._previous
+
+    def committed_writes(self, root: Optional[str] = None) -> list[Write]:
+        """Writes of the steps that finished (a failed step's writes were never committed), optionally
+        only those touching top-level field `root`."""
+        failed = {s.step for s in self.steps if s.status != "ok"}
+        return [w for w in self.writes if w.step not in failed and (root is None or root_of(w.path) == root)]
+
+    def thread(self, root: Optional[str] = None, *, load: bool = True) -> list[ThreadRun]:
+        """The thread this run ends, oldest first, with each run's committed writes (to `root` only, when
+        given): live runs where at hand, the rest from the store in one load (`load=False`: only the
+        runs at hand)."""
+        chain, run = [self], self
+        while run.continues and run._previous is not None:
+            run = run._previous
+            chain.append(run)
+        older = self._loader().thread(run.continues, root) if run.continues and load else []
+        return older + [ThreadRun(r.run_id, json.loads(r.input_json), not r.continues, r.committed_writes(root), r)
+                        for r in reversed(chain)]
+
+    def _loader(self) -> RunLoader:
+        if self.store is None:
+            raise TracememError(f"run {self.run_id} continues run {self.continues}, which is not at hand; "
+                                f"load it through the store it was recorded in")
+        return self.store
 
     # -- replay -------------------------------------------------------------------
     def _replay(self, upto: Optional[int]) -> dict[str, Any]:
-        """Replay the thread this run ends, oldest run first (iteratively: threads can be long).
-        Runs of the thread not loaded are replayed in bulk from the store."""
-        chain, run, data = [self], self, {}
-        while run.continues:
-            if run._previous is None:
-                if self.store is None:
-                    raise TracememError(f"run {run.run_id} continues run {run.continues}, which is not at hand; "
-                                        f"load it through the store it was recorded in")
-                data = self.store._final_state(run.continues)
-                break
-            run = run._previous
-            chain.append(run)
         reset = self.schema.default if self.schema else (lambda name: None)
-        for run in reversed(chain):
-            data = {**data, **json.loads(run.input_json)}
-            failed = {s.step for s in run.steps if s.status != "ok"}
-            limit = upto if run is self else None
-            for w in run.writes:
-                if limit is not None and w.step > limit:
-                    break
-                if w.step not in failed:
-                    apply_write(data, parse_path(w.path), w.verb, None if w.value is None else json.loads(w.value),
-                                reset)
-        return data
+        return replay_thread(self.thread(), reset, upto)
 
     def state_at(self, step: Union[int, str, None] = None) -> Any:
         """The scope as it was after `step` (a number or stage id; None = the end), by replaying writes."""
@@ -150,6 +152,6 @@ class Run:
     def backtrack(self, path: str, *, max_depth: int = 64, max_nodes: int = 2000,
                   cross_runs: bool = True) -> "Trace":
         """The causal graph of the last write of `path`: see `tracemem.trace`."""
-        from .trace import backtrack
+        from .trace.walk import backtrack
 
         return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs)

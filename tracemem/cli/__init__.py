@@ -16,12 +16,13 @@ import importlib
 import json
 import os
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import duckdb
 
 from ..errors import TracememError
+from ..times import utc_naive, utc_now
 from .render import Progress, table, to_json
 
 
@@ -162,24 +163,13 @@ def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
                              for r in ranked], width=60), file=out)
             return
         if args.only and (_json(args) or args.mermaid):
-            _keep_only(trace, args.only)
+            trace = trace.narrowed(only=args.only)
         if _json(args):
             print(to_json(trace.to_json()), file=out)
         elif args.mermaid:
             print(trace.to_mermaid(), file=out)
         else:
             print(trace.explain(only=args.only), file=out)
-
-
-def _keep_only(trace: Any, kind: str) -> None:
-    """`--only KIND` for --json/--mermaid: the chains from the value to nodes of that kind (as `explain`)."""
-    import networkx as nx
-
-    graph = trace.graph
-    keep: set[str] = set()
-    for node in [n for n, d in graph.nodes(data=True) if d.get("kind") == kind]:
-        keep |= {node} | nx.ancestors(graph, node) | set(nx.single_source_shortest_path_length(graph, node, cutoff=3))
-    trace.graph = graph.subgraph(keep).copy()
 
 
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
@@ -220,13 +210,13 @@ def cmd_memories(args: argparse.Namespace, out: Any) -> None:
 def _when(text: str) -> datetime:
     """A cut-off in UTC, as run times are stored (an ISO date without a zone is taken as UTC)."""
     try:
-        return datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=float(text))
+        return utc_now() - timedelta(days=float(text))
     except ValueError:
         try:
             when = datetime.fromisoformat(text)
         except ValueError:
             raise TracememError(f"--older-than takes days (e.g. 30) or an ISO date, got {text!r}") from None
-        return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+        return utc_naive(when)  # type: ignore[return-value]
 
 
 def cmd_prune(args: argparse.Namespace, out: Any) -> None:
@@ -253,8 +243,7 @@ def cmd_export(args: argparse.Namespace, out: Any) -> None:
 
 
 def cmd_graph(args: argparse.Namespace, out: Any) -> None:
-    from ..pipeline import Pipeline
-    from ..flow import Flow
+    from ..flow.pipeline import Flow, Pipeline
 
     module_name, _, attr = args.target.partition(":")
     if not attr:

@@ -6,6 +6,10 @@ import sys
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
+from ..text import clip
+
+__all__ = ["Progress", "cell", "table", "to_json"]
+
 
 def cell(value: Any, width: int = 60) -> str:
     if value is None:
@@ -18,8 +22,7 @@ def cell(value: Any, width: int = 60) -> str:
         text = json.dumps(value, default=str)
     else:
         text = str(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(text, width)
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], width: int = 60) -> str:

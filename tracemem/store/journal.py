@@ -16,9 +16,7 @@ from typing import Any, Iterable, Optional
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-from .writer import Batch, end_facts, run_row
-
-JOURNAL_DDL = "CREATE TABLE step_journal (run_id VARCHAR, step INTEGER, kind VARCHAR, payload VARCHAR)"
+from .batch import Batch, end_facts, run_row
 
 
 def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],

@@ -1,14 +1,14 @@
 """Retention and export: prune old runs without breaking what memories cite."""
 from __future__ import annotations
 
-from .rows import first as _first, utc_naive
-
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Optional
 
-from .schema import ALL_TABLES, RUN_TABLES
+from ..dbmeta import first_row
+from ..times import utc_naive
+from .tables import ALL_TABLES, RUN_TABLES
 
 
 @dataclass
@@ -66,7 +66,7 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
                 where = "prompt_id IN (SELECT prompt_id FROM prompts WHERE run_id IN (SELECT run_id FROM _prune_tree))"
             else:
                 where = "run_id IN (SELECT run_id FROM _prune_tree)"
-            report.rows[table] = _first(con.execute(f"SELECT count(*) FROM {table} WHERE {where}"))[0]
+            report.rows[table] = first_row(con.execute(f"SELECT count(*) FROM {table} WHERE {where}"))[0]
             if progress:
                 progress(i + 1, len(RUN_TABLES))
         if not dry_run:
@@ -91,7 +91,7 @@ def export(con: Any, directory: str, progress: Optional[Callable[[int, int], Non
     for i, table in enumerate(ALL_TABLES):
         target = os.path.join(directory, f"{table}.parquet").replace("'", "''")
         con.execute(f"COPY (SELECT * FROM {table}) TO '{target}' (FORMAT parquet)")
-        counts[table] = _first(con.execute(f"SELECT count(*) FROM {table}"))[0]
+        counts[table] = first_row(con.execute(f"SELECT count(*) FROM {table}"))[0]
         if progress:
             progress(i + 1, len(ALL_TABLES))
     return counts

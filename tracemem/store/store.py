@@ -1,9 +1,9 @@
 """`Store`: one DuckDB file holding every run, step, read, write, decision, model call,
-prompt section and memory.
+prompt section and memory — the facade over opening, writing, loading and retention.
 
     store = Store("agent.duckdb")
     run = flow.run({...}, store=store)
-    store.sql("SELECT stage, avg(epoch_ms(ended_at) - epoch_ms(started_at)) FROM steps GROUP BY 1").df()
+    store.sql("SELECT stage, count(*) FROM steps GROUP BY 1").df()
 
 Concurrency: any number of threads of one process may run flows into one Store.
 DuckDB lets one process write a file at a time; a second process opening it gets
@@ -24,17 +24,19 @@ from typing import Any, Callable, Optional
 import duckdb
 from pydantic import BaseModel
 
+from ..dbmeta import get_meta, set_meta
 from ..errors import TracememError
+from ..record import ThreadRun
 from ..run import Run
-from ..schema import pipeline_schema, schema_for
-from .load import final_state, load_run, thread_writes
-from .rows import first as _first
-from .retention import PruneReport, export, prune
-from .rows import utc_naive
-from .schema import _meta, _set_meta, open_schema
-from .snapshots import SnapshotIndex, embedding_rows
+from ..scope.known import known_scopes
+from ..scope.schema import ScopeSchema
+from ..times import utc_naive
+from .load import load_run, thread
 from .opening import connect, recover_dead_runs
-from .writer import Batch, StoreSink
+from .retention import PruneReport, export, prune
+from .snapshots import SnapshotIndex
+from .tables import open_schema
+from .writer import StoreSink, Writer
 
 
 class Store:
@@ -49,28 +51,27 @@ class Store:
         self.durability = durability
         self.flush_interval = flush_interval  # 0: each run is on disk before flow.run returns
         self.snapshot_of: Optional[str] = None
-        self._snapshot_dir: Optional[str] = None
+        self.snapshot_note = ""
         self.lock = threading.RLock()
         self.block_size = block_size  # for new files: 16 KiB keeps a small agent's file small
-        self.con = self._connect(snapshot_if_locked)
+        opened = connect(self.path, read_only, block_size, snapshot_if_locked)
+        self.con = opened.con
+        self._snapshot_dir: Optional[str] = None
+        if opened.snapshot_of:
+            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
+            self._snapshot_dir = os.path.dirname(opened.path)
         self._local = threading.local()
-        self._schemas: dict[str, Any] = {}
-        self._flows: dict[str, Any] = {}  # pipelines run in this process, for backtracking into subflows
-        self._pending: list[Run] = []
-        self._inflight: dict[str, Run] = {}  # durability "stage" runs still running
-        self._cv = threading.Condition()
-        self._drain_lock = threading.Lock()
-        self._writer: Optional[threading.Thread] = None
-        self._errors: list[BaseException] = []
         self._closed = False
         with self.lock:
             open_schema(self.con, self.path, self.read_only or self.snapshot_of is not None, log)
-            salt = _meta(self.con, "secret_salt")
+            salt = get_meta(self.con, "secret_salt")
             if salt is None and not self.read_only:
                 salt = os.urandom(16).hex()
-                _set_meta(self.con, "secret_salt", salt)
+                set_meta(self.con, "secret_salt", salt)
             self.salt = bytes.fromhex(salt or "00")
-            self.interrupted = [] if self.read_only else self._mark_interrupted()
+            # runs left 'running' by a process that is gone: their journal is replayed, and those that
+            # never ended are marked interrupted
+            self.interrupted = [] if self.read_only else recover_dead_runs(self.con)
         self.memory = self._open_memory(embedder)
         if snapshot_embedder == "default":
             from ..memory import HashingEmbedder
@@ -78,8 +79,9 @@ class Store:
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
-        ref = weakref.ref(self)
-        atexit.register(_close_at_exit, ref)
+        self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
+                             self.snapshots.added)
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
         return f"<Store {self.path}{' (snapshot)' if self.snapshot_of else ''}>"
@@ -90,137 +92,33 @@ class Store:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- opening ----------------------------------------------------------------
-    def _connect(self, snapshot_if_locked: bool) -> duckdb.DuckDBPyConnection:
-        opened = connect(self.path, self.read_only, self.block_size, snapshot_if_locked)
-        if opened.snapshot_of:
-            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
-            self._snapshot_dir = os.path.dirname(opened.path)
-        return opened.con
-
-    def _mark_interrupted(self) -> list[str]:
-        """Runs left 'running' by a process that is gone: their journal is replayed, and those that
-        never ended are marked interrupted."""
-        return recover_dead_runs(self.con)
-
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory
 
         kwargs = {} if embedder == "default" else {"embedder": embedder}
-        cursor = self.con.cursor()
-        return Memory(cursor, self.lock, read_only=self.read_only, **kwargs)
+        return Memory(self.con.cursor(), self.lock, read_only=self.read_only, **kwargs)
 
     # -- writing ------------------------------------------------------------------
     def sink(self, durability: Optional[str] = None) -> StoreSink:
         """What the runner records a run through (`flow.run(..., store=store)`)."""
         if self.read_only:
             raise TracememError(f"{self.path} is open read-only; open Store('{self.path}') to record runs")
-        return StoreSink(self, durability or self.durability)
-
-    def _write_now(self, batch: Batch) -> None:
-        with self.lock:
-            batch.insert(self.con)
-            if batch.rows["run_embeddings"]:
-                self.snapshots.added(batch.rows["run_embeddings"])
-
-    def _journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        """One durable journal row (see store/journal.py)."""
-        with self.lock:
-            self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
-
-    def _enqueue(self, run: Run) -> None:
-        with self._cv:
-            self._pending.append(run)
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_loop, name="tracemem-writer", daemon=True)
-                self._writer.start()
-            if len(self._pending) >= 256:
-                self._cv.notify()
-
-    def _write_loop(self) -> None:
-        while True:
-            with self._cv:
-                if not self._pending and not self._closed:
-                    self._cv.wait(self.flush_interval if self.flush_interval > 0 else 0.05)
-                if self._closed and not self._pending:
-                    return
-            self._drain()
-
-    def _drain(self) -> None:
-        with self._drain_lock:
-            with self._cv:
-                runs, self._pending = self._pending, []
-            if not runs:
-                return
-            batch = Batch()
-            try:
-                for run in runs:
-                    batch.add_run(run)
-                batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
-                self._write_now(batch)
-            except BaseException:
-                self._write_each(runs)
-
-    def _write_each(self, runs: list[Run]) -> None:
-        """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
-        extra rows (e.g. a `model_calls` row with a wrong type) or query embedding cannot be written is
-        written without them; a run that still fails is kept queued. Errors are raised by the next flush()."""
-        for i, run in enumerate(runs):
-            try:
-                self._write_now(_run_batch(self.snapshot_embedder, run, extra=True))
-                continue
-            except BaseException as err:
-                first = err
-            try:
-                self._write_now(_run_batch(self.snapshot_embedder, run, extra=False))
-                extra = ", ".join(sorted(run.rows) + (["query embedding"] if run.query else []))
-                self._errors.append(TracememError(
-                    f"run {run.run_id} of '{run.pipeline}' was written without its {extra}, which could not be "
-                    f"written: {first}"))
-            except BaseException as err:  # kept and raised by the next flush()
-                with self._cv:
-                    self._pending[:0] = runs[i:]
-                self._errors.append(TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued"))
-                return
-
-    def _materialize(self) -> None:
-        """Move the finished stages of running "stage" runs from the journal into their tables,
-        so a query sees every finished stage (runs end up whole either way)."""
-        with self._drain_lock:
-            for run in list(self._inflight.values()):
-                mark = run._mark
-                if mark is None or mark == run._written:
-                    continue
-                batch = Batch()
-                batch.add_part(run, run._written, mark)
-                start = run._written[0] if run._written else 0
-                batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:mark[0]]]))
-                self._write_now(batch)
-                run._written = mark
+        return self.writer.sink(durability or self.durability)
 
     def flush(self) -> None:
         """Write every queued run now (queries call this first, so they see every finished run,
         and every finished stage of runs recorded with durability "stage")."""
-        if self._inflight:
-            self._materialize()
-        self._drain()
-        if self._errors:
-            errors, self._errors = self._errors, []
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            raise TracememError(f"{errors[0]}{more}") from errors[0]
+        self.writer.flush()
 
     def close(self) -> None:
         """Write every queued run, stop the writer and close the file."""
         if self._closed:
             return
+        self._closed = True
         try:
-            self.flush()
+            self.writer.flush()
         finally:
-            with self._cv:
-                self._closed = True
-                self._cv.notify_all()
-            if self._writer is not None:
-                self._writer.join(timeout=5)
+            self.writer.stop()
             with self.lock:
                 self.con.close()
             if self._snapshot_dir is not None:
@@ -242,28 +140,21 @@ class Store:
             raise TracememError(f"SQL error: {str(err).splitlines()[0]}") from None
 
     def register_scope(self, pipeline: str, scope: type[BaseModel]) -> None:
-        """Tell the store which scope model a pipeline uses, so loaded runs rebuild it."""
-        self._schemas[pipeline] = schema_for(scope)
+        """Tell tracemem which scope model a pipeline uses, so its loaded runs rebuild it."""
+        known_scopes.add_name(pipeline, ScopeSchema(scope))
 
     def run(self, run_id: str, *, scope: Optional[type[BaseModel]] = None) -> Run:
         """A recorded run, loaded as the same `Run` the runner returns."""
         self.flush()
         with self.lock:
-            return load_run(self, self.con, run_id, schema_for(scope) if scope else None)
+            return load_run(self, self.con, run_id, ScopeSchema(scope) if scope else None)
 
-    def _thread(self, run_id: str, root: str) -> list[tuple[str, dict[str, Any], bool, list[Any]]]:
-        """The thread ending at a run, with each run's writes to one field (for backtracking)."""
+    def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
+        """The conversation thread ending at a run, oldest first, with each run's committed writes
+        (to top-level field `root` only, when given)."""
         self.flush()
         with self.lock:
-            return thread_writes(self.con, run_id, root)
-
-    def _final_state(self, run_id: str) -> dict[str, Any]:
-        """The final scope data of a recorded run (its whole thread replayed in bulk)."""
-        self.flush()
-        row = _first(self.con.execute("SELECT pipeline, pipeline_hash FROM runs WHERE run_id = ?", [run_id]))
-        schema = (pipeline_schema(row[1]) or self._schemas.get(row[0])) if row else None
-        with self.lock:
-            return final_state(self.con, run_id, schema.default if schema else (lambda name: None))
+            return thread(self.con, run_id, root)
 
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
@@ -329,11 +220,3 @@ def _close_at_exit(ref: "weakref.ref[Store]") -> None:
             store.close()
         except TracememError as err:  # at exit there is no caller left to raise to
             print(f"tracemem: {err}", file=sys.stderr)
-
-
-def _run_batch(embedder: Any, run: Run, extra: bool) -> Batch:
-    batch = Batch()
-    batch.add_run(run, extra=extra)
-    if extra:
-        batch.add_embeddings(embedding_rows(embedder, [run]))
-    return batch

@@ -1,203 +1,186 @@
-"""Batched, columnar writing of runs into DuckDB, off the stages' hot path.
+"""The writer: everything about getting runs from the runner to disk.
 
-Rows are collected as Python tuples and inserted per table as one Arrow table
-(`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
-hundreds of rows a second, Arrow batches hundreds of thousands.
+It owns the queue of finished runs, the background thread that writes them in
+columnar batches, the step journal, and each run's progress towards its tables.
+The runner reaches it only through `StoreSink` (what `Store.sink()` returns).
 
-Durability "run" (default): a finished run is queued whole and written by a
-background thread within `flush_interval` seconds (and on flush/close/exit), so
-a crash loses at most the runs of that last interval and never half a run.
-`flush_interval=0` writes each run before `flow.run` returns (one DuckDB
-transaction per run: ~0.5 ms here, against ~0.01 ms per stage batched).
-Durability "stage": the run row is written when the run starts, and each step's
-rows are on disk before the next stage starts; reopening a file after a crash
-marks such a run `interrupted`.
+Durability "run" (default): a finished run is queued whole and written by the
+background thread within `flush_interval` seconds (and on flush/close/exit), so a
+crash loses at most the runs of that last interval and never half a run.
+`flush_interval=0` journals each run before `flow.run` returns.
+Durability "stage": the run row is written when the run starts, and each finished
+stage is journaled before the next starts; reopening a file after a crash replays
+the journal and marks such a run `interrupted`.
 """
 from __future__ import annotations
 
-import json
-import os
-import socket
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
-
-import pyarrow as pa
+import threading
+from typing import Any, Callable, Optional
 
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-
-if TYPE_CHECKING:
-    from .store import Store
-
-NS = pa.timestamp("ns")
-S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
-
-COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
-    "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
-             ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
-             ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
-             ("continues_run_id", S)],
-    "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
-              ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
-              ("child_run_id", S), ("logs", pa.list_(S))],
-    "writes": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("verb", S), ("value", J)],
-    "reads": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("source_step", I), ("source_seq", I)],
-    "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
-    "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
-                    ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
-                    ("started_at", NS), ("error", S)],
-    "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
-    "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
-                        ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
-    "memory_uses": [("run_id", S), ("step", I), ("memory_id", S), ("outcome", S), ("reason", S), ("score", F),
-                    ("rank", I)],
-    "snapshot_uses": [("run_id", S), ("step", I), ("source_run_id", S), ("score", F), ("projection", S),
-                      ("query", S)],
-    "run_embeddings": [("run_id", S), ("pipeline", S), ("embedder_id", S), ("query", S),
-                       ("embedding", pa.list_(pa.float32())), ("created_at", NS)],
-}
-EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
-_HOST = socket.gethostname()
+from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
+from .journal import end_entry, run_entry, step_entry
+from .snapshots import embedding_rows
 
 
-def _json(value: Any) -> Optional[str]:
-    return None if value is None else json.dumps(value, default=str)
+class Writer:
+    """Writes finished runs (and journaled stages) into the store's tables."""
 
+    def __init__(self, con: Any, lock: Any, path: str, flush_interval: float, snapshot_embedder: Any,
+                 on_embeddings: Callable[[list[tuple]], None]) -> None:
+        self.con = con
+        self.lock = lock
+        self.path = path
+        self.flush_interval = flush_interval  # 0: each run is journaled before flow.run returns
+        self.snapshot_embedder = snapshot_embedder
+        self.on_embeddings = on_embeddings  # told about new run embeddings once they are in the tables
+        self.progress: dict[str, Progress] = {}  # journaled runs not yet moved whole into the tables
+        self.inflight: dict[str, Run] = {}  # durability "stage" runs still running
+        self.pending: list[Run] = []
+        self.errors: list[BaseException] = []
+        self.closed = False
+        self._cv = threading.Condition()
+        self._drain_lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
 
-def run_row(run: Run) -> tuple:
-    return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
-            run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id, run.continues)
+    def sink(self, durability: str) -> "StoreSink":
+        return StoreSink(self, durability)
 
+    # -- durable progress --------------------------------------------------------------
+    def write_now(self, batch: Batch) -> None:
+        with self.lock:
+            batch.insert(self.con)
+            if batch.rows["run_embeddings"]:
+                self.on_embeddings(batch.rows["run_embeddings"])
 
-def end_facts(run: Run) -> dict[str, Any]:
-    """What the runs row learns when a run ends."""
-    return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
-            "query": run.query, "trace_id": run.trace_id}
+    def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
+        """One durable journal row (see store/journal.py)."""
+        with self.lock:
+            self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
 
+    # -- the queue -----------------------------------------------------------------------
+    def enqueue(self, run: Run) -> None:
+        with self._cv:
+            self.pending.append(run)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
+                self._thread.start()
+            if len(self.pending) >= 256:
+                self._cv.notify()
 
-def extra_row(table: str, row: dict[str, Any]) -> tuple:
-    cols = COLUMNS[table]
-    unknown = set(row) - {c for c, _ in cols}
-    if unknown:
-        raise TracememError(f"row for table '{table}' has unknown columns {sorted(unknown)}; "
-                            f"columns are {[c for c, _ in cols]}")
-    return tuple(_json(row.get(c)) if t == J and not isinstance(row.get(c), (str, type(None)))
-                 else row.get(c) for c, t in cols)
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self.pending and not self.closed:
+                    self._cv.wait(self.flush_interval if self.flush_interval > 0 else 0.05)
+                if self.closed and not self.pending:
+                    return
+            self.drain()
 
+    def drain(self) -> None:
+        """Write every queued run now, in one batch (run by run if the batch fails)."""
+        with self._drain_lock:
+            with self._cv:
+                runs, self.pending = self.pending, []
+            if not runs:
+                return
+            batch = Batch()
+            try:
+                for run in runs:
+                    batch.add_run(run, self.progress.get(run.run_id))
+                batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
+                self.write_now(batch)
+            except BaseException:
+                self._write_each(runs)
+                return
+            for run in runs:
+                self.progress.pop(run.run_id, None)
 
-COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
+    def _write_each(self, runs: list[Run]) -> None:
+        """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
+        extra rows (e.g. a `model_calls` row with a wrong type) or query embedding cannot be written is
+        written without them; a run that still fails is kept queued. Errors are raised by the next flush()."""
+        for i, run in enumerate(runs):
+            try:
+                self.write_now(self._run_batch(run, extra=True))
+                self.progress.pop(run.run_id, None)
+                continue
+            except BaseException as err:
+                first = err
+            try:
+                self.write_now(self._run_batch(run, extra=False))
+                self.progress.pop(run.run_id, None)
+                extra = ", ".join(sorted(run.rows) + (["query embedding"] if run.query else []))
+                self.errors.append(TracememError(
+                    f"run {run.run_id} of '{run.pipeline}' was written without its {extra}, which could not be "
+                    f"written: {first}"))
+            except BaseException as err:  # kept and raised by the next flush()
+                with self._cv:
+                    self.pending[:0] = runs[i:]
+                self.errors.append(TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued"))
+                return
 
-
-class Batch:
-    """Rows waiting to be inserted: `rows` per table, and for the hot tables `cols`,
-    filled column-wise straight from the run's record tuples (no per-row Python work)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
-        self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in COLUMNS[t]] for t in COLUMNAR}
-        self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
-        self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
-        self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
-
-    def __len__(self) -> int:
-        return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
-
-    def _columns(self, table: str, run_id: str, records: Sequence[tuple]) -> None:
-        if not records:
-            return
-        cols = self.cols[table]
-        cols[0].extend([run_id] * len(records))
-        for target, values in zip(cols[1:], zip(*records)):
-            target.extend(values)
-
-    def add_steps(self, run_id: str, steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
-                  decisions: Iterable[Decision]) -> None:
-        self._columns("steps", run_id, steps)
-        self._columns("reads", run_id, reads)
-        self._columns("writes", run_id, writes)
-        self.rows["decisions"].extend((run_id, d.step, d.chosen, _json(d.evidence)) for d in decisions)
-
-    def add_extra(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        for table, row in rows:
-            if not table.startswith("_"):  # "_span" and other telemetry-only rows are not stored
-                self.rows[table].append(extra_row(table, row))
-
-    def add_embeddings(self, rows: list[tuple]) -> None:
-        self.rows["run_embeddings"].extend(rows)
-
-    def add_run(self, run: Run, extra: bool = True) -> None:
-        """A finished run; one journaled under durability "stage" already has its runs row,
-        and maybe some steps in the tables (`run._written`)."""
-        if run._journal == "stage":
-            self.finished.append((run.run_id, end_facts(run)))
-        else:
-            self.rows["runs"].append(run_row(run))
-        if run._journal is not None:
-            self.journaled.append(run.run_id)
-        self.add_part(run, run._written, None, extra)
-
-    def add_part(self, run: Run, start: Optional[tuple], end: Optional[tuple], extra: bool = True) -> None:
-        """The run's record between two marks (None: its start / its end)."""
-        s = start or (0, 0, 0, 0, {})
-        e = end or (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
-                    {t: len(rows) for t, rows in run.rows.items()})
-        self.add_steps(run.run_id, run.steps[s[0]:e[0]], run.reads[s[1]:e[1]], run.writes[s[2]:e[2]],
-                       run.decisions[s[3]:e[3]])
+    def _run_batch(self, run: Run, extra: bool) -> Batch:
+        batch = Batch()
+        batch.add_run(run, self.progress.get(run.run_id), extra=extra)
         if extra:
-            for table, count in e[4].items():
-                self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
+            batch.add_embeddings(embedding_rows(self.snapshot_embedder, [run]))
+        return batch
 
-    def insert(self, con: Any) -> None:
-        """Insert everything as one transaction of one Arrow batch per table."""
-        con.execute("BEGIN TRANSACTION")
-        try:
-            tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
-            tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
-            for table, columns in tables:
-                cols = COLUMNS[table]
-                arrays = [pa.array(values, type=t) for (_, t), values in zip(cols, columns)]
-                batch = pa.Table.from_arrays(arrays, names=[c for c, _ in cols])
-                con.register("_tracemem_batch", batch)
-                try:
-                    con.execute(f"INSERT INTO {table} ({', '.join(c for c, _ in cols)}) "
-                                f"SELECT * FROM _tracemem_batch")
-                finally:
-                    con.unregister("_tracemem_batch")
-            for run_id, end in self.finished:
-                con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
-                            "query = ?, trace_id = ? WHERE run_id = ?",
-                            [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
-                             end["trace_id"], run_id])
-            if self.journaled:
-                con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
-                            [self.journaled])
-            for run_id, steps in self.journaled_steps:
-                con.execute("DELETE FROM step_journal WHERE run_id = ? AND kind = 'step' AND step IN "
-                            "(SELECT unnest(?::INTEGER[]))", [run_id, steps])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+    def materialize(self) -> None:
+        """Move the finished stages of running "stage" runs from the journal into their tables,
+        so a query sees every finished stage (runs end up whole either way)."""
+        with self._drain_lock:
+            for run in list(self.inflight.values()):
+                progress = self.progress.get(run.run_id)
+                done = progress.done if progress is not None else None
+                if progress is None or done is None or done == progress.written:
+                    continue
+                batch = Batch()
+                batch.add_part(run, progress.written, done)
+                start = progress.written[0] if progress.written else 0
+                batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:done[0]]]))
+                self.write_now(batch)
+                progress.written = done
+
+    def flush(self) -> None:
+        """Write every queued run now (and every finished stage of running "stage" runs); raise what
+        went wrong since the last flush."""
+        if self.inflight:
+            self.materialize()
+        self.drain()
+        if self.errors:
+            errors, self.errors = self.errors, []
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise TracememError(f"{errors[0]}{more}") from errors[0]
+
+    def stop(self) -> None:
+        """Stop the background thread (after a final flush by the caller)."""
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 class StoreSink:
     """The runner's view of the store for one run (see `Store.sink`)."""
 
-    def __init__(self, store: "Store", durability: str) -> None:
+    def __init__(self, writer: Writer, durability: str) -> None:
         if durability not in ("run", "stage"):
             raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
-        self.store = store
+        self.writer = writer
         self.durability = durability
 
     def begin_run(self, run: Run) -> None:
-        if run._flow is not None:
-            self.store._flows[run.pipeline_hash] = run._flow
         if self.durability == "stage":
             batch = Batch()
             batch.rows["runs"].append(run_row(run))
-            self.store._write_now(batch)
-            self.store._inflight[run.run_id] = run
+            self.writer.write_now(batch)
+            self.writer.progress[run.run_id] = Progress()
+            self.writer.inflight[run.run_id] = run
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -206,20 +189,16 @@ class StoreSink:
                 raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
                                     f"known: {', '.join(sorted(EXTRA_TABLES))}")
         if self.durability == "stage":  # one journal insert; the run's rows reach their tables at its end
-            from .journal import step_entry
-
-            self.store._journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
-            run._mark = (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
-                         {t: len(r) for t, r in run.rows.items()})
+            self.writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
+            self.writer.progress[run.run_id].done = mark_of(run)
 
     def end_run(self, run: Run) -> None:
-        from .journal import end_entry, run_entry
-
+        writer = self.writer
         if self.durability == "stage":
-            self.store._journal(run.run_id, 2**31 - 1, "end", end_entry(run))
-            run._journal = "stage"
-            self.store._inflight.pop(run.run_id, None)
-        elif self.store.flush_interval <= 0:  # flow.run returns once its run is on disk
-            self.store._journal(run.run_id, 0, "run", run_entry(run))
-            run._journal = "run"
-        self.store._enqueue(run)
+            writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
+            writer.progress[run.run_id].journal = "stage"
+            writer.inflight.pop(run.run_id, None)
+        elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
+            writer.journal(run.run_id, 0, "run", run_entry(run))
+            writer.progress[run.run_id] = Progress(journal="run")
+        writer.enqueue(run)

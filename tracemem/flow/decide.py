@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 
 import pydantic_core
 
-from .errors import TracememError
-from .scope import ScopeView
+from ..errors import TracememError
+from ..scope.view import ScopeView, recorder_of
 
 Rule = tuple[str, Callable[[Any], bool], str]
 
@@ -26,7 +26,7 @@ def decide(scope: Any, rules: Sequence[Rule], default: str | None = None) -> str
     """Choose a branch by the first matching rule; the evidence of every rule is recorded."""
     if not isinstance(scope, ScopeView):
         raise TracememError("decide() must be called with the scope view a decider stage received")
-    rec = scope._rec
+    rec = recorder_of(scope)
     evidence: list[dict[str, Any]] = []
     chosen: str | None = None
     for rule in rules:

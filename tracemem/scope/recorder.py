@@ -1,6 +1,6 @@
-"""The typed scope a stage sees: looks like the pydantic model, records every read and write.
+"""The per-step recorder behind a scope view: every read with its source, every write validated.
 
-One `StageScope` exists per stage execution. Reads come from the stage's own
+One `StepRecorder` exists per stage execution. Reads come from the stage's own
 buffered writes first, then from the committed run state; each read records
 where its value came from (the step and write that last set it, or run input).
 Writes are validated per field, serialized once, and buffered until the runner
@@ -15,12 +15,11 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from .errors import ScopeReadError, ScopeWriteError
+from ..errors import ScopeReadError, ScopeWriteError
+from ..record import Read, Write
 from .paths import Path, format_path
-from .record import Read, Write
 from .schema import ScopeSchema, short_error
-from .tracked import _SCALARS, track, unwrap
-
+from .tracked import SCALARS, track, unwrap
 
 
 class RunState:
@@ -35,12 +34,12 @@ class RunState:
         self.salt = salt
 
 
-class StageScope:
-    """Per-step recorder behind a scope view; the runner commits it at stage end."""
+class StepRecorder:
+    """The recorder of one step: what the stage read (and from where), wrote, logged and emitted."""
 
     __slots__ = (
         "state", "step", "stage", "overlay", "own", "seen", "proxies",
-        "reads", "writes", "ops", "seq", "capture", "evidence", "rows", "ctx",  # ctx: set only if the stage takes one
+        "reads", "writes", "ops", "seq", "capture", "evidence", "rows", "logs", "break_reason",
     )
 
     def __init__(self, state: RunState, step: int, stage: str) -> None:
@@ -58,6 +57,8 @@ class StageScope:
         self.capture: Optional[list[tuple[str, Any]]] = None
         self.evidence: Any = None  # set by decide()
         self.rows: list[tuple[str, dict[str, Any]]] = []  # extra rows emitted by the stage
+        self.logs: list[str] = []  # `ctx.log` lines
+        self.break_reason: Optional[str] = None  # set by `ctx.break_loop`
 
     # -- reads -------------------------------------------------------------
     def read(self, name: str) -> Any:
@@ -84,7 +85,7 @@ class StageScope:
                 self.reads.append(Read(self.step, self.seq, name, source[0], source[1]))
         if self.capture is not None:
             self.capture.append((name, value))
-        if type(value) in _SCALARS:
+        if type(value) in SCALARS:
             return value
         proxy = self.proxies.get(name)
         if proxy is not None:
@@ -109,7 +110,7 @@ class StageScope:
         except ValidationError as err:
             shown = "<redacted>" if name in schema.secret else value
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
-        if type(value) not in _SCALARS and not schema.rebuilt(name):
+        if type(value) not in SCALARS and not schema.rebuilt(name):
             value = _owned(value)
         self.seq += 1
         self.writes.append(Write(self.step, self.seq, name, "set", schema.dump(name, value, self.state.salt)))
@@ -132,7 +133,7 @@ class StageScope:
             except ValidationError as err:
                 shown = "<redacted>" if path[0] in schema.secret else raw
                 raise ScopeWriteError(self.stage, format_path(path), shown, short_error(err)) from None
-            if type(value) not in _SCALARS and not rebuilt:
+            if type(value) not in SCALARS and not rebuilt:
                 value = _owned(value)
         root = path[0]
         proxy = self.proxies.get(root)
@@ -150,51 +151,13 @@ class StageScope:
         self.own[root] = self.seq
         return value
 
-    def committed_values(self) -> dict[str, Any]:
-        """The plain values of every field this step changed (tracked copies unwrapped)."""
-        return {name: unwrap(self.overlay[name]) for name in self.own}
-
-
-# -- the view ---------------------------------------------------------------------
-
-_VIEW_CLASSES: dict[type, type] = {}
-
-
-class ScopeView:
-    """Base of the per-model view classes; attribute access goes to the step recorder."""
-
-    __slots__ = ("_rec",)
-
-    def __init__(self, rec: StageScope) -> None:
-        object.__setattr__(self, "_rec", rec)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._rec.set_field(name, value)
-
-    def __delattr__(self, name: str) -> None:
-        self._rec.delete_field(name)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._rec.read(name)
-
-    def __repr__(self) -> str:
-        return f"<scope view of {self._rec.state.schema.model.__name__} in stage '{self._rec.stage}'>"
-
-
-def view_class(schema: ScopeSchema) -> type:
-    """A ScopeView subclass with one property per field (faster than __getattr__)."""
-    cls = _VIEW_CLASSES.get(schema.model)
-    if cls is None:
-        def prop(name: str) -> property:
-            return property(lambda self: self._rec.read(name))
-
-        namespace: dict[str, Any] = {"__slots__": ()}
-        for name in schema.fields:
-            namespace[name] = prop(name)
-        cls = _VIEW_CLASSES[schema.model] = type(f"{schema.model.__name__}View", (ScopeView,), namespace)
-    return cls
+    def commit(self) -> None:
+        """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""
+        if self.own:
+            data, last = self.state.data, self.state.last_write
+            for name, seq in self.own.items():
+                data[name] = unwrap(self.overlay[name])
+                last[name] = (self.step, seq)
 
 
 def _owned(value: Any) -> Any:

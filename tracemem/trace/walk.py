@@ -1,57 +1,25 @@
-"""Walking a run's record backwards: the index over one run, and the breadth-first walker
-that turns reads, writes and decisions (and, through hooks, model calls, prompt sections
-and memories) into the nodes and edges of a `Trace`, across runs when a store is at hand."""
+"""Walking a run's record backwards into a `Trace`: the breadth-first walker and `backtrack`.
+
+The walker turns reads, writes and decisions into the nodes and edges of a
+trace, and asks `sources` for what lies beyond the scope (model calls, prompt
+sections, memories, past runs). Other runs are read through the loader the run
+was recorded with (`run.store`): a thread once per walk, a run once per walk.
+"""
 from __future__ import annotations
 
 import json
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from .paths import parse_path, root_of
-from .record import Read, Write
+from ..errors import TracememError
+from ..record import Read, ThreadRun, Write
+from ..scope.paths import parse_path, root_of
+from . import sources
+from .index import RunIndex
+from .trace import Trace
 
 if TYPE_CHECKING:
-    from .run import Run
-    from .trace import Trace
-
-# Extensions add edges from a step to things outside the scope (see tracemem.sources).
-SourceHook = Callable[["Walker", "RunIndex", int, str, int], None]
-SOURCE_HOOKS: list[SourceHook] = []
-
-
-class RunIndex:
-    """Lookups over one run's record used while walking it."""
-
-    def __init__(self, run: "Run") -> None:
-        self.run = run
-        failed = {s.step for s in run.steps if s.status != "ok"}
-        self.steps = {s.step: s for s in run.steps}
-        self.reads: dict[int, list[Read]] = {}
-        for r in run.reads:
-            self.reads.setdefault(r.step, []).append(r)
-        self.writes: dict[tuple[int, int], Write] = {}
-        self.by_root: dict[str, list[Write]] = {}
-        for w in run.writes:
-            if w.step in failed:
-                continue
-            self.writes[(w.step, w.seq)] = w
-            self.by_root.setdefault(parse_path(w.path)[0], []).append(w)
-        self.position = {(w.step, w.seq): i for ws in self.by_root.values() for i, w in enumerate(ws)}
-        self.decisions = {d.step: d for d in run.decisions}
-        self.inputs: dict[str, Any] = json.loads(run.input_json) if run.input_json else {}
-        self.given = set(self.inputs) if run.continues else set()
-
-    def node_write(self, w: Write) -> str:
-        return f"w:{self.run.run_id}:{w.step}:{w.seq}"
-
-    def last_write(self, path: str) -> Optional[Write]:
-        wanted = parse_path(path)
-        for w in reversed(self.by_root.get(wanted[0], [])):
-            p = parse_path(w.path)
-            n = min(len(p), len(wanted))
-            if p[:n] == wanted[:n]:
-                return w
-        return None
+    from ..run import Run
 
 
 class Walker:
@@ -67,6 +35,8 @@ class Walker:
         self.indexes: dict[str, RunIndex] = {trace.run_id: RunIndex(trace.run)}
         self.store = trace.run.store
         self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
+        self.threads: dict[str, tuple[list[ThreadRun], int]] = {}  # run id → (its thread, its position)
+        self.by_root: dict[tuple[int, str], list[ThreadRun]] = {}  # (id of a thread, field) → its writes there
 
     def index(self, run_id: str, live: Optional["Run"] = None) -> Optional[RunIndex]:
         if run_id not in self.indexes and live is not None:
@@ -76,7 +46,7 @@ class Walker:
                 return None
             try:
                 self.indexes[run_id] = RunIndex(self.store.run(run_id))
-            except Exception:
+            except TracememError:  # not in the store (pruned, or recorded elsewhere)
                 return None
         return self.indexes[run_id]
 
@@ -114,43 +84,41 @@ class Walker:
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
         for run_id, inputs, first, writes, live in reversed(self.thread(idx, field)[:-1]):
-            if writes:
-                return self.write_node(self.index(run_id, live), writes[-1], depth)  # type: ignore[arg-type]
+            owner = self.index(run_id, live)
+            if writes and owner is not None:
+                return self.write_node(owner, writes[-1], depth)
             if first or field in inputs:
-                owner = self.index(run_id, live)
-                return self.input_node(owner, path, depth) if owner else self.input_node(idx, path, depth)
+                return self.input_node(owner or idx, path, depth)
         return self.input_node(idx, path, depth)
 
-    def thread(self, idx: RunIndex, root: str) -> list[tuple[str, dict[str, Any], bool, list[Write], Any]]:
-        """The runs of the thread `idx` ends, oldest first: (run id, its recorded input, whether it starts
-        the thread, its writes touching `root`, the live Run or None). Runs not at hand come from the
-        store in two queries, however long the thread."""
-        out: list[tuple[str, dict[str, Any], bool, list[Write], Any]] = []
-        run: Any = idx.run
-        while True:
-            failed = {s.step for s in run.steps if s.status != "ok"}
-            writes = [w for w in run.writes if w.step not in failed and root_of(w.path) == root]
-            out.append((run.run_id, json.loads(run.input_json), not run.continues, writes, run))
-            if not run.continues:
-                break
-            if run._previous is None:
-                if self.store is None or not self.cross_runs:
-                    break
-                out.extend(reversed([(rid, inputs, first, writes, None) for rid, inputs, first, writes
-                                     in self.store._thread(run.continues, root)]))
-                break
-            run = run._previous
-        return out[::-1]
+    def thread(self, idx: RunIndex, root: str) -> list[ThreadRun]:
+        """The runs of the thread `idx` ends, oldest first, with their writes touching `root`. The thread
+        is read once per walk (from live runs where at hand, the store for the rest) and shared by every
+        run of it the walk reaches."""
+        known = self.threads.get(idx.run.run_id)
+        if known is None:
+            full = idx.run.thread(load=self.cross_runs and self.store is not None)
+            for i, t in enumerate(full):
+                self.threads.setdefault(t.run_id, (full, i))
+            known = self.threads[idx.run.run_id]
+        full, position = known
+        key = (id(full), root)
+        filtered = self.by_root.get(key)
+        if filtered is None:
+            filtered = self.by_root[key] = [t._replace(writes=[w for w in t.writes if root_of(w.path) == root])
+                                            for t in full]
+        return filtered[:position + 1]
 
-    def element_write(self, idx: RunIndex, root: str, index: int) -> tuple[RunIndex, Optional[Write]]:
+    def element_write(self, idx: RunIndex, root: str, index: int) -> Optional[tuple[RunIndex, Optional[Write]]]:
         """Which write produced element `index` of list field `root` (following appends, item sets and
-        deletes in order, back through the thread); (run, None) when it came from a run's input."""
+        deletes in order, back through the thread): (its run, the write, or None when the element came
+        from a run's input); None when `root` is not a list or `index` is out of range."""
         producers: list[tuple[str, Any, Optional[Write]]] = []  # (run id, live run, write or None = input)
         for run_id, inputs, first, writes, live in self.thread(idx, root):
             if first or root in inputs:
                 value = inputs.get(root)
                 if not isinstance(value, list):
-                    raise LookupError(root)
+                    return None
                 producers = [(run_id, live, None)] * len(value)
             for w in writes:
                 path = parse_path(w.path)
@@ -166,12 +134,10 @@ class Walker:
                     else:
                         producers[path[1]] = (run_id, live, w)
         if not -len(producers) <= index < len(producers):
-            raise LookupError(index)
+            return None
         run_id, live, produced = producers[index]
         owner = self.index(run_id, live)
-        if owner is None:
-            raise LookupError(run_id)
-        return owner, produced
+        return (owner, produced) if owner is not None else None
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
@@ -217,13 +183,9 @@ class Walker:
         child_id = step.child_run_id
         child_run = next((c for c in idx.run.children if c.run_id == child_id), None)
         child = self.index(child_id, child_run)  # type: ignore[arg-type]
-        flow = idx.run._flow or (getattr(self.store, "_flows", {}) or {}).get(idx.run.pipeline_hash)
-        outputs = next((i.node.outputs for i in flow.program.ins if i.op == "subflow" and i.id == step.stage),
-                       None) if flow is not None else None
-        if outputs is None:  # recorded by the runner: "subflow outputs {json}"
-            line = next((entry for entry in step.logs if entry.startswith("subflow outputs ")), None)
-            outputs = json.loads(line[len("subflow outputs "):]) if line else None
-        source_field = (outputs or {}).get(parse_path(w.path)[0])
+        link = next(iter(idx.rows("subflows", w.step)), None)
+        outputs = json.loads(link["outputs"]) if link and link.get("outputs") else {}
+        source_field = outputs.get(root_of(w.path))
         if child is None or source_field is None:
             target = f"run:{child_id}"
             if self.add(target, depth + 1, None, None, kind="run", run_id=child_id, via="subflow"):
@@ -251,15 +213,13 @@ class Walker:
             self.control(node, idx, w.step, depth)
             if idx.steps[w.step].child_run_id:
                 self.into_subflow(node, idx, w, depth)
-            for hook in SOURCE_HOOKS:
-                hook(self, idx, w.step, node, depth)  # type: ignore[call-arg]
+            sources.step_sources(self, idx, w.step, node, depth)
         elif what in ("decision", "step"):
             step = item[1]
             self.read_sources(node, idx, idx.reads.get(step, ()), depth)
             self.control(node, idx, step, depth)
             if what == "step":
-                for hook in SOURCE_HOOKS:
-                    hook(self, idx, step, node, depth)  # type: ignore[call-arg]
+                sources.step_sources(self, idx, step, node, depth)
         elif callable(what):
             what(self, node, depth, idx, *item[1:])
 
@@ -267,3 +227,32 @@ class Walker:
         while self.queue:
             node, depth, idx, item = self.queue.popleft()
             self.expand(node, depth, idx, item)
+
+
+def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
+              cross_runs: bool = True) -> Trace:
+    """Build the Trace of the last write of `path` in `run` (see `tracemem.trace.trace`)."""
+    trace = Trace(run, path)
+    walker = Walker(trace, max_depth, max_nodes, cross_runs)
+    idx = walker.indexes[run.run_id]
+    wanted = parse_path(path)
+    if len(wanted) >= 2 and isinstance(wanted[1], int):  # a list element: the write that produced it
+        found = walker.element_write(idx, str(wanted[0]), wanted[1])
+        if found is not None:
+            owner, produced = found
+            if produced is None:
+                trace.missing = "never-written"
+                trace.root = walker.input_node(owner, path, 0)
+                return trace
+            trace.root = walker.element_root = owner.node_write(produced)
+            walker.write_node(owner, produced, 0)
+            walker.walk()
+            return trace
+    target = idx.last_write(path)
+    if target is None:
+        trace.missing = "never-written"
+        trace.root = walker.input_node(idx, path, 0)
+        return trace
+    trace.root = walker.write_node(idx, target, 0)
+    walker.walk()
+    return trace

@@ -1,13 +1,22 @@
-"""The optional second parameter of a stage: run facts, untracked dependencies, loop control."""
+"""The optional second parameter of a stage: run facts, untracked dependencies, recorded model calls.
+
+A stage that takes `ctx` can log lines kept with its step, leave a loop, call a
+chat model so that the call is recorded (`ctx.complete`), and emit extra rows
+(`model_calls`, `prompt_sections`, ...) tied to its step. Everything it records
+goes into the step's recorder, which the runner hands to the sinks.
+"""
 from __future__ import annotations
 
 import copy
+import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
+from ..ids import new_id
+
 if TYPE_CHECKING:
-    from .run import Run
-    from .scope import StageScope
+    from ..run import Run
+    from ..scope.recorder import StepRecorder
 
 
 class StageContext:
@@ -15,16 +24,18 @@ class StageContext:
 
     `args` is the run input (read-only); `env` holds untracked dependencies such as
     model clients (`flow.run(..., env={...})`), never recorded; `store` is the Store
-    the run records into (or None); `subject` is whose run this is (memory scoping).
+    the run records into (or None); `subject` is whose run this is (memory scoping);
+    `pipeline` is the name of the pipeline running.
     """
 
     __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
-                 "_rec", "_break", "_logs")
+                 "pipeline", "_rec")
 
-    def __init__(self, run: "Run", rec: "StageScope", name: str, iteration: int, args: Mapping[str, Any],
+    def __init__(self, run: "Run", rec: "StepRecorder", name: str, iteration: int, args: Mapping[str, Any],
                  env: Mapping[str, Any], store: Any) -> None:
         self.run_id = run.run_id
         self.run = run
+        self.pipeline = run.pipeline
         self.step = rec.step
         self.stage = rec.stage
         self.name = name
@@ -34,16 +45,14 @@ class StageContext:
         self.subject = run.subject
         self.store = store
         self._rec = rec
-        self._break: Optional[str] = None
-        self._logs: list[str] = []
 
     def break_loop(self, reason: str = "") -> None:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
-        self._break = reason or "break_loop() called"
+        self._rec.break_reason = reason or "break_loop() called"
 
     def log(self, message: str) -> None:
         """A line kept with this step (`steps.logs`)."""
-        self._logs.append(str(message))
+        self._rec.logs.append(str(message))
 
     def span(self, name: str, *, kind: str = "internal", attributes: Optional[dict[str, Any]] = None,
              start_ns: Optional[int] = None, end_ns: Optional[int] = None) -> None:
@@ -56,6 +65,27 @@ class StageContext:
         row = {"run_id": self.run_id, "step": self.step, **row}
         self._rec.rows.append((table, row))
         return row
+
+    def complete(self, model: Any, messages: list[Any], *, prompt_id: Optional[str] = None,
+                 **options: Any) -> Any:
+        """Call `model.complete(messages, **options)` and record the call as a `model_calls` row of this
+        step: model, provider, prompt id, reply, tokens, latency, and the error if it failed (then re-raised)."""
+        call = {"call_id": new_id(48), "model": getattr(model, "name", None),
+                "provider": getattr(model, "provider", None), "prompt_id": prompt_id or None}
+        started = time.time_ns()
+        try:
+            reply = model.complete(messages, **options)
+        except Exception as err:
+            self.emit("model_calls", **call, response=None, input_tokens=None, output_tokens=None,
+                      latency_ms=(time.time_ns() - started) / 1e6, started_at=started,
+                      error=f"{type(err).__name__}: {err}")
+            raise
+        usage = getattr(reply, "usage", None)
+        self.emit("model_calls", **{**call, "model": getattr(reply, "model", None) or call["model"]},
+                  response=reply.text, input_tokens=getattr(usage, "input_tokens", None),
+                  output_tokens=getattr(usage, "output_tokens", None),
+                  latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None)
+        return reply
 
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})

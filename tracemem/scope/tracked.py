@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel
 
-from .errors import ScopeWriteError
+from ..errors import ScopeWriteError
 from .paths import Path, format_path
 
 if TYPE_CHECKING:
-    from .scope import StageScope
+    from .recorder import StepRecorder
 
-_SCALARS = frozenset({int, str, float, bool, type(None), bytes, frozenset})
+SCALARS = frozenset({int, str, float, bool, type(None), bytes, frozenset})
 
 
-def track(value: Any, rec: StageScope, path: Path) -> Any:
+def track(value: Any, rec: StepRecorder, path: Path) -> Any:
     """A private, recording copy of a container value (scalars are returned as is)."""
     kind = type(value)
     if kind is list or (isinstance(value, list) and not isinstance(value, TrackedList)):
@@ -33,7 +33,7 @@ def track(value: Any, rec: StageScope, path: Path) -> Any:
         return TrackedModel(value, rec, path)
     if isinstance(value, set):
         return frozenset(value)  # sets are read-only in a view: assign a new set to change one
-    if kind is tuple and not all(type(v) in _SCALARS for v in value):
+    if kind is tuple and not all(type(v) in SCALARS for v in value):
         return copy.deepcopy(value)  # a tuple is immutable: what it holds must not change behind the recorder
     return value
 
@@ -53,10 +53,10 @@ def unwrap(value: Any) -> Any:
     return value
 
 
-def _reached(value: Any, rec: StageScope, path: Path) -> Any:
+def _reached(value: Any, rec: StepRecorder, path: Path) -> Any:
     """A child reached through a tracked container: scalars and tracked copies as they are, anything
     else as a new tracked copy — which the caller stores back in the slot, so it is made once."""
-    if type(value) in _SCALARS or isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
+    if type(value) in SCALARS or isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
         return value
     return track(value, rec, path)
 
@@ -66,7 +66,7 @@ class TrackedList(list):
 
     __slots__ = ("_rec", "_path")
 
-    def __init__(self, items: Any, rec: StageScope, path: Path) -> None:
+    def __init__(self, items: Any, rec: StepRecorder, path: Path) -> None:
         list.__init__(self, items)
         self._rec = rec
         self._path = path
@@ -161,7 +161,7 @@ class TrackedDict(dict):
 
     __slots__ = ("_rec", "_path")
 
-    def __init__(self, items: Any, rec: StageScope, path: Path) -> None:
+    def __init__(self, items: Any, rec: StepRecorder, path: Path) -> None:
         dict.__init__(self, items)
         self._rec = rec
         self._path = path
@@ -236,7 +236,7 @@ class TrackedModel:
 
     __slots__ = ("_model", "_rec", "_path")
 
-    def __init__(self, model: BaseModel, rec: StageScope, path: Path) -> None:
+    def __init__(self, model: BaseModel, rec: StepRecorder, path: Path) -> None:
         object.__setattr__(self, "_model", model.model_copy())
         object.__setattr__(self, "_rec", rec)
         object.__setattr__(self, "_path", path)

@@ -5,19 +5,16 @@ add columns or tables in a new version with a migration, never rename.
 """
 from __future__ import annotations
 
-from .rows import first as _first
-
 from typing import Callable
 
 import duckdb
 
+from ..dbmeta import META_DDL, get_meta, set_meta
 from ..errors import TracememError
 from ..memory.tables import MEMORY_DDL
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FORMAT = "tracemem"
-
-META_DDL = "CREATE TABLE IF NOT EXISTS tracemem_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
 
 # Version 1: the run record (issue 3's first cut).
 V1_DDL: list[str] = [
@@ -60,20 +57,21 @@ V2_MIGRATION: list[str] = [
         created_at TIMESTAMP_NS)""",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION}
+# Version 3: how a subflow step maps the child run's outputs (was a "subflow outputs {json}" log line).
+V3_MIGRATION: list[str] = [
+    """CREATE TABLE subflows (run_id VARCHAR, step INTEGER, child_run_id VARCHAR, inputs JSON, outputs JSON)""",
+    """INSERT INTO subflows SELECT run_id, step, child_run_id, NULL, substr(line, 17)
+       FROM (SELECT run_id, step, child_run_id, unnest(logs) AS line FROM steps WHERE kind = 'subflow')
+       WHERE starts_with(line, 'subflow outputs ')""",
+    """UPDATE steps SET logs = list_filter(logs, lambda l: NOT starts_with(l, 'subflow outputs '))
+       WHERE kind = 'subflow'""",
+]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
-              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal")
+              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows")
 ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
-
-
-def _meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
-    row = _first(con.execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]))
-    return row[0] if row else None
-
-
-def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
-    con.execute("INSERT OR REPLACE INTO tracemem_meta VALUES (?, ?)", [key, value])
 
 
 def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> None:
@@ -86,8 +84,8 @@ def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> Non
             con.execute(ddl)
     for ddl in MEMORY_DDL:
         con.execute(ddl)
-    _set_meta(con, "format", FORMAT)
-    _set_meta(con, "schema_version", str(version))
+    set_meta(con, "format", FORMAT)
+    set_meta(con, "schema_version", str(version))
 
 
 def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
@@ -100,12 +98,12 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
             raise TracememError(f"{path} is empty, not a tracemem store; run a flow with Store('{path}') first")
         create(con)
         return SCHEMA_VERSION
-    if "tracemem_meta" not in tables or _meta(con, "format") != FORMAT:
+    if "tracemem_meta" not in tables or get_meta(con, "format") != FORMAT:
         shown = ", ".join(sorted(tables)[:8])
         raise TracememError(
             f"{path} is not a tracemem store (it holds tables {shown} but no tracemem_meta format marker); "
             f"point tracemem at another path, e.g. --db agent.duckdb")
-    version = int(_meta(con, "schema_version") or 0)
+    version = int(get_meta(con, "schema_version") or 0)
     if version > SCHEMA_VERSION:
         raise TracememError(
             f"{path} was written by a newer tracemem (schema v{version}; this version reads up to "
@@ -125,7 +123,7 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
                 log(f"migrated {path} to schema v{v}")
             for ddl in MEMORY_DDL:
                 con.execute(ddl)
-            _set_meta(con, "schema_version", str(SCHEMA_VERSION))
+            set_meta(con, "schema_version", str(SCHEMA_VERSION))
             con.execute("COMMIT")
         except Exception as err:
             con.execute("ROLLBACK")

@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import types
 import typing
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Union
 
 import pydantic_core
 from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter, ValidationError
 
-from .errors import TracememError
+from ..errors import TracememError
 from .paths import Path, root_of
 
 _NOT_VALIDATED = object()
@@ -39,7 +40,7 @@ def _rebuilt(ann: Any) -> bool:
         return True
     if origin is Annotated:
         return _rebuilt(typing.get_args(ann)[0])
-    if origin in (list, dict, set, frozenset, tuple, Union) or str(origin) == "<class 'types.UnionType'>":
+    if origin in (list, dict, set, frozenset, tuple, Union) or origin is types.UnionType:
         args = typing.get_args(ann)
         return bool(args) and all(_rebuilt(a) for a in args)
     return False
@@ -50,7 +51,7 @@ def _child_annotation(ann: Any, key: Any) -> Any:
     origin = typing.get_origin(ann)
     if origin is Annotated:
         return _child_annotation(typing.get_args(ann)[0], key)
-    if origin is Union or str(origin) == "<class 'types.UnionType'>":
+    if origin is Union or origin is types.UnionType:
         options = [a for a in typing.get_args(ann) if a is not type(None)]
         return _child_annotation(options[0], key) if len(options) == 1 else Any
     if isinstance(ann, type) and issubclass(ann, BaseModel):
@@ -210,27 +211,3 @@ def short_error(err: ValidationError) -> str:
     return f"{first['msg']}" + (f" (at {where})" if where else "") + (
         f" and {err.error_count() - 1} more" if err.error_count() > 1 else ""
     )
-
-
-_SCHEMAS: dict[type, ScopeSchema] = {}
-_PIPELINES: dict[str, ScopeSchema] = {}  # pipeline hash → scope, for every flow built in this process
-
-
-def register_pipeline(pipeline_hash: str, schema: ScopeSchema) -> None:
-    """Remember a built flow's scope, so runs loaded from any store rebuild it as the model."""
-    _PIPELINES[pipeline_hash] = schema
-
-
-def pipeline_schema(pipeline_hash: str) -> Optional[ScopeSchema]:
-    """The scope of a flow built in this process, by its hash (None if unknown: loaded runs give dicts)."""
-    return _PIPELINES.get(pipeline_hash)
-
-
-def schema_for(model: type[BaseModel]) -> ScopeSchema:
-    """The cached ScopeSchema of a pydantic model."""
-    schema = _SCHEMAS.get(model)
-    if schema is None:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise TracememError(f"a scope must be a pydantic BaseModel subclass, got {model!r}")
-        schema = _SCHEMAS[model] = ScopeSchema(model)
-    return schema

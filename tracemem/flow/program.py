@@ -2,24 +2,31 @@
 
 The runner executes `Program.ins` with a program counter; the same structure
 yields the `networkx.DiGraph` users inspect, and the control regions (branch
-arms, loops) that tell which decision routed each step.
+arms, loops) that tell which decision routed each step. The program also holds
+what running needs of the scope: its schema and the view class stages receive.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import inspect
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import networkx as nx
 
-from .errors import PipelineError
-from .pipeline import BranchNode, ForkNode, LoopNode, StageNode, StageSpec, SubflowNode
+from ..errors import PipelineError
+from ..scope.known import known_scopes
+from ..scope.schema import ScopeSchema
+from ..scope.view import ScopeView, view_class
+from .spec import BranchNode, ForkNode, LoopNode, Node, StageNode, StageSpec, SubflowNode
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
+
+Op = Literal["stage", "branch", "fork", "subflow", "loop", "jump"]
 
 START, END = "__start__", "__end__"
 
@@ -37,8 +44,10 @@ class Region:
 
 
 @dataclass
-class Ins:
-    op: str  # stage | branch | fork | subflow | loop | jump
+class Instruction:
+    """One instruction of the jump program (a node of the declaration, or a jump)."""
+
+    op: Op
     id: Optional[str] = None
     spec: Optional[StageSpec] = None
     node: Any = None
@@ -56,11 +65,12 @@ class Program:
 
     def __init__(self, pipeline: "Pipeline[Any]") -> None:
         self.pipeline = pipeline
-        self.ins: list[Ins] = []
+        self.ins: list[Instruction] = []
         self.ids: dict[str, int] = {}
         self.fork_branch_ids: set[str] = set()
         self.specs: list[StageSpec] = []
         self._gotos: list[tuple[int, str, str]] = []
+        self._last_branch = -1  # the index of the branch a loop_to(when=<key>) follows
         self._emit(pipeline.nodes)
         if not self.ins:
             raise PipelineError(f"pipeline '{pipeline.name}' has no stages; add one with .then(fn)")
@@ -68,6 +78,18 @@ class Program:
         self._add_regions()
         self.graph = self._graph()
         self._validate()
+        self.name = pipeline.name
+        self.scope = pipeline.scope
+        self.query = pipeline.query
+        self.max_iterations = pipeline.max_iterations
+        self.schema = ScopeSchema(pipeline.scope)
+        self.view_class: type[ScopeView] = view_class(self.schema)
+        self.hash = self.fingerprint()
+        self.tools = {s.id: s.description for s in self.specs if s.tool}  # stage id → description
+        self.has_async = any(s.is_async for s in self.specs) or any(
+            i.op == "loop" and callable(i.node.when) and inspect.iscoroutinefunction(i.node.when)
+            for i in self.ins)
+        known_scopes.add(self.hash, self.schema)
 
     # -- compile ------------------------------------------------------------------
     def _register(self, spec_id: str, index: Optional[int], spec: Optional[StageSpec] = None) -> None:
@@ -83,26 +105,26 @@ class Program:
         if spec is not None:
             self.specs.append(spec)
 
-    def _emit(self, nodes: list[Any]) -> None:
+    def _emit(self, nodes: list[Node]) -> None:
         previous: Any = None
         for node in nodes:
             at = len(self.ins)
             if isinstance(node, StageNode):
                 self._register(node.spec.id, at, node.spec)
-                self.ins.append(Ins("stage", node.spec.id, node.spec))
+                self.ins.append(Instruction("stage", node.spec.id, node.spec))
             elif isinstance(node, BranchNode):
                 self._emit_branch(node, at)
             elif isinstance(node, ForkNode):
                 self._register(node.id, at)
                 for spec in node.branches:
                     self._register(spec.id, None, spec)
-                self.ins.append(Ins("fork", node.id, node=node))
+                self.ins.append(Instruction("fork", node.id, node=node))
             elif isinstance(node, SubflowNode):
                 self._register(node.spec.id, at, node.spec)
-                self.ins.append(Ins("subflow", node.spec.id, node.spec, node=node))
+                self.ins.append(Instruction("subflow", node.spec.id, node.spec, node=node))
             elif isinstance(node, LoopNode):
                 self._register(node.id, at)
-                ins = Ins("loop", node.id, node=node)
+                ins = Instruction("loop", node.id, node=node)
                 if isinstance(node.when, str):
                     if not (isinstance(previous, BranchNode) and node.when in previous.arms):
                         raise PipelineError(
@@ -117,7 +139,7 @@ class Program:
 
     def _emit_branch(self, node: BranchNode, at: int) -> None:
         self._register(node.decider.id, at, node.decider)
-        branch = Ins("branch", node.decider.id, node.decider, node=node)
+        branch = Instruction("branch", node.decider.id, node.decider, node=node)
         self.ins.append(branch)
         jumps = []
         for key, arm in node.arms.items():
@@ -127,7 +149,7 @@ class Program:
             start = len(self.ins)
             branch.targets[key] = start
             self._emit(arm)
-            jump = Ins("jump")
+            jump = Instruction("jump")
             self.ins.append(jump)
             jumps.append(jump)
             branch.arm_ranges[key] = (start, len(self.ins) - 1)
@@ -172,7 +194,7 @@ class Program:
             ins.regions = tuple(r for r in regions if r.start <= i <= r.end)
 
     # -- graph ----------------------------------------------------------------------
-    def real(self, index: int) -> str:
+    def node_at(self, index: int) -> str:
         """The graph node an instruction index leads to (jumps followed)."""
         seen = set()
         while index < len(self.ins) and self.ins[index].op == "jump":
@@ -186,7 +208,7 @@ class Program:
         g = nx.DiGraph(name=self.pipeline.name)
         g.add_node(START, kind="start", name=START)
         g.add_node(END, kind="end", name=END)
-        g.add_edge(START, self.real(0), label=None)
+        g.add_edge(START, self.node_at(0), label=None)
         for i, ins in enumerate(self.ins):
             if ins.op == "jump":
                 continue
@@ -195,26 +217,26 @@ class Program:
             g.add_node(ins.id, kind=kind, name=spec.name if spec else ins.id,
                        description=spec.description if spec else None, tool=bool(spec and spec.tool))
             if ins.op in ("stage", "subflow"):
-                g.add_edge(ins.id, self.real(i + 1), label=None)
+                g.add_edge(ins.id, self.node_at(i + 1), label=None)
             elif ins.op == "branch":
                 for key, target in ins.targets.items():
-                    g.add_edge(ins.id, self.real(target), label=key)
+                    g.add_edge(ins.id, self.node_at(target), label=key)
             elif ins.op == "fork":
                 for spec in ins.node.branches:
                     g.add_node(spec.id, kind="fork-branch", name=spec.name, description=spec.description,
                                tool=spec.tool)
                     g.add_edge(ins.id, spec.id, label="parallel")
-                    g.add_edge(spec.id, self.real(i + 1), label=None)
+                    g.add_edge(spec.id, self.node_at(i + 1), label=None)
             elif ins.op == "loop":
                 when = ins.node.when
                 label = f"{when}" if isinstance(when, str) else getattr(when, "__name__", "when")
-                g.add_edge(ins.id, self.real(ins.target), label=f"loop: {label}")
+                g.add_edge(ins.id, self.node_at(ins.target), label=f"loop: {label}")
                 exits = True
                 if isinstance(when, str):
                     arms = set(self.ins[ins.branch_index].targets)
                     exits = arms != {when}
                 if exits:
-                    g.add_edge(ins.id, self.real(i + 1), label="exit")
+                    g.add_edge(ins.id, self.node_at(i + 1), label="exit")
         return g
 
     def _validate(self) -> None:
@@ -268,7 +290,8 @@ class Program:
         h = hashlib.sha256(json.dumps(self.spec(), sort_keys=True, default=str).encode())
         for spec in self.specs:
             h.update(spec.id.encode())
-            h.update(code_fingerprint(spec.fn))
+            if spec.fn is not None:
+                h.update(code_fingerprint(spec.fn))
         for ins in self.ins:
             if ins.op == "subflow":
                 h.update(ins.node.flow.hash.encode())

@@ -1,32 +1,19 @@
 """Backtracking beyond the scope: model calls, prompt sections, memories, past runs.
 
-Registered as a trace source hook: for any step on a trace, the rows that step
-emitted (`model_calls`, `memory_uses`, `snapshot_uses`) become nodes, and from a
-memory the walk continues, through its provenance, into the run and step that
-extracted it. Also `influence`: which sections of the final prompt the answer
-most resembles (correlational, and labelled so).
+For any step on a trace, the rows that step emitted (`model_calls`,
+`memory_uses`, `snapshot_uses`) become nodes, and from a memory the walk
+continues, through its provenance, into the run and step that extracted it.
+The walker calls `step_sources` for every write and step it expands.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from . import trace as _trace
-from . import walk as _walk
-from .trace import Trace, _short
-from .walk import RunIndex
+from ..memory.errors import MemoryNotFoundError
+from .index import RunIndex
 
 if TYPE_CHECKING:
     from .walk import Walker
-
-
-def _rows(idx: RunIndex, table: str, step: int) -> list[dict[str, Any]]:
-    cache = idx.__dict__.setdefault("_rows_by_step", {})
-    if table not in cache:
-        by_step: dict[int, list[dict[str, Any]]] = {}
-        for row in idx.run.rows.get(table, ()):
-            by_step.setdefault(row["step"], []).append(row)
-        cache[table] = by_step
-    return cache[table].get(step, [])
 
 
 def _sections(idx: RunIndex, prompt_id: str) -> list[dict[str, Any]]:
@@ -35,17 +22,17 @@ def _sections(idx: RunIndex, prompt_id: str) -> list[dict[str, Any]]:
 
 def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -> None:
     run_id = idx.run.run_id
-    for call in _rows(idx, "model_calls", step):
+    for call in idx.rows("model_calls", step):
         child = f"mc:{run_id}:{call['call_id']}"
         if w.add(child, depth + 1, idx, (_expand_call, call), kind="model_call", run_id=run_id, step=step,
                  model=call["model"], prompt_id=call["prompt_id"], response=call["response"],
                  error=call.get("error"), input_tokens=call.get("input_tokens"),
                  output_tokens=call.get("output_tokens")):
             w.link(node, child, "source")
-    for use in _rows(idx, "memory_uses", step):
+    for use in idx.rows("memory_uses", step):
         if use["outcome"] == "injected":
             memory_node(w, node, use["memory_id"], depth, "source")
-    for use in _rows(idx, "snapshot_uses", step):
+    for use in idx.rows("snapshot_uses", step):
         child = f"run:{use['source_run_id']}"
         if w.add(child, depth + 1, idx, (_expand_past_run, use["source_run_id"]), kind="run",
                  run_id=use["source_run_id"], score=use["score"], projection=use["projection"],
@@ -79,7 +66,7 @@ def memory_node(w: "Walker", parent: str, memory_id: str, depth: int, kind: str)
     if w.store is not None:
         try:
             record = w.store.memory.get(memory_id)
-        except Exception:
+        except MemoryNotFoundError:
             record = None
     if record is not None:
         attrs.update(text=record.text, confidence=record.confidence, review_state=record.review_state,
@@ -124,70 +111,3 @@ def _expand_past_run(w: "Walker", node: str, depth: int, idx: RunIndex, run_id: 
         if w.add(child, depth + 1, past, ("decision", d.step), kind="decision", run_id=run_id, step=d.step,
                  stage=stage, chosen=d.chosen, evidence=d.evidence):
             w.link(node, child, "source")
-
-
-def describe(d: dict[str, Any]) -> Optional[str]:
-    kind = d.get("kind")
-    if kind == "model_call":
-        if d.get("error"):
-            return f"model call {d['model']} failed: {d['error']}"
-        prompt = f" (prompt {d['prompt_id']})" if d.get("prompt_id") else ""
-        return f"model call {d['model']} replied {_short(d.get('response') or '', 50)!r}{prompt}"
-    if kind == "prompt_section":
-        label = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
-                 "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
-                 "hook": "host hook"}.get(d["section"], d["section"])
-        line = f" line {d['line']}" if d["section"] == "memory" else ""
-        return f"prompt {d['prompt_id']} section {label}{line}: {_short(d['text'], 60)}"
-    if kind == "memory":
-        if d.get("missing"):
-            return f"memory {d['memory_id']} ({d['missing']})"
-        flag = f", superseded by {d['superseded_by']}" if d.get("superseded_by") else ""
-        return (f"memory {d['memory_id']} {_short(d['text'], 60)!r} (confidence {d['confidence']:g}, "
-                f"{d['review_state']}{flag})")
-    if kind == "run":
-        if d.get("via") == "load_snapshot":
-            return f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, {d['projection']})"
-        return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
-    if kind == "step" and (d.get("source_ref") or d.get("extracted")):
-        turn = f", turn {d['source_ref']}" if d.get("source_ref") else ""
-        return f"extracted in run {d['run_id'][:8]}, step {d['step']} ({d['stage']}){turn}"
-    return None
-
-
-def influence(trace: Trace, embedder: Any = None) -> list[dict[str, Any]]:
-    """Rank the sections (and memories) of the traced answer's final model call by how much of the
-    answer they support: token overlap and embedding similarity. Correlational, not causal."""
-    calls = [(d["step"], n, d) for n, d in trace.graph.nodes(data=True)
-             if d.get("kind") == "model_call" and d.get("run_id") == trace.run_id and d.get("response")]
-    if not calls:
-        return []
-    _, call_node, call = max(calls, key=lambda c: c[0])
-    from .memory import HashingEmbedder
-    from .memory.text import terms
-
-    embedder = embedder or HashingEmbedder()
-    answer = call["response"]
-    answer_terms = set(terms(answer))
-    sections = [(n, trace.graph.nodes[n]) for n in trace.graph.successors(call_node)
-                if trace.graph.nodes[n].get("kind") == "prompt_section"]
-    if not sections or not answer_terms:
-        return []
-    texts = [d["text"] for _, d in sections]
-    vectors = embedder.embed([answer] + texts)
-    out = []
-    for i, (node, d) in enumerate(sections):
-        lexical = len(answer_terms & set(terms(d["text"]))) / len(answer_terms)
-        cosine = float(vectors[0] @ vectors[i + 1])
-        memory = next((m for m in trace.graph.successors(node) if trace.graph.nodes[m].get("kind") == "memory"), None)
-        out.append({"node": node, "section": d["section"], "line": d["line"], "text": d["text"],
-                    "memory_id": trace.graph.nodes[memory]["memory_id"] if memory else None,
-                    "lexical": round(lexical, 4), "embedding": round(cosine, 4),
-                    "score": round(0.5 * lexical + 0.5 * max(cosine, 0.0), 4),
-                    "basis": "correlational: overlap with the answer, not a causal attribution"})
-    out.sort(key=lambda r: (-r["score"], r["node"]))
-    return out
-
-
-_walk.SOURCE_HOOKS.append(step_sources)
-_trace.DESCRIBERS.append(describe)

@@ -9,6 +9,8 @@ import json
 import re
 from typing import Any, Callable
 
+from ..errors import PathError
+
 PathKey = str | int
 Path = tuple[PathKey, ...]
 
@@ -38,13 +40,13 @@ def parse_path(text: str) -> Path:
     """Inverse of `format_path`."""
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)
     if not head:
-        raise ValueError(f"not a scope path: {text!r} (expected e.g. 'messages[0].content')")
+        raise PathError(f"not a scope path: {text!r} (expected e.g. 'messages[0].content')")
     parts: list[PathKey] = [head.group(0)]
     pos = head.end()
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
-            raise ValueError(f"not a scope path: {text!r} (bad part at character {pos})")
+            raise PathError(f"not a scope path: {text!r} (bad part at character {pos})")
         attr, index, quoted = m.groups()
         parts.append(attr if attr is not None else int(index) if index is not None else json.loads(quoted))
         pos = m.end()

@@ -1,0 +1,209 @@
+"""Declaring stage graphs (`Pipeline`, the builder) and running them (`Flow`, its product).
+
+    flow = (Pipeline("agent", Agent)
+            .then(think)
+            .branch(route, {"tool": call_tool, "final": answer})
+            .loop_to("think", when="tool", max_iterations=8)
+            .build())
+    run = flow.run({"task": "..."}, store=store)
+
+Branch arms are a stage function, a `Pipeline` over the same scope (inlined), or
+the id of another stage (a jump; a jump backwards is a loop, guarded by the
+pipeline's `max_iterations`). `loop_to(target, when=...)` jumps back to `target`
+while `when` holds: a branch key of the branch just before it, or a predicate
+`fn(scope) -> bool` recorded as a decision. `ctx.break_loop(reason)` in any stage
+inside a loop leaves it after that stage.
+
+The builder sits beside its product, so nothing imports back: `Flow.run` assembles
+the sinks (the store's, OpenTelemetry's, the process-wide defaults) and hands the
+runner the compiled `Program`; the runner never sees the Flow.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Generic, Mapping, Optional, TypeVar, Union
+
+from pydantic import BaseModel
+
+from ..errors import PipelineError, TracememError
+from ..run import Run
+from .program import Program
+from .runner import Execution
+from .sinks import Sink, default_sinks
+from .spec import BranchNode, ForkNode, LoopNode, Node, StageNode, StageSpec, SubflowNode, stage_spec
+from .sync import run_sync
+
+S = TypeVar("S", bound=BaseModel)
+
+
+class Pipeline(Generic[S]):
+    """Fluent builder of a stage graph over the scope model `scope`."""
+
+    def __init__(self, name: str, scope: type[S], *, description: Optional[str] = None,
+                 max_iterations: int = 25, query: Optional[str] = None) -> None:
+        if not (isinstance(scope, type) and issubclass(scope, BaseModel)):
+            raise PipelineError(f"pipeline '{name}': the scope must be a pydantic BaseModel subclass, got {scope!r}")
+        self.name = name
+        self.scope = scope
+        self.description = description
+        self.max_iterations = max_iterations
+        self.query = query  # scope path holding the run's question (used by run snapshots)
+        self.nodes: list[Node] = []
+
+    def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
+             description: Optional[str] = None, tool: bool = False) -> "Pipeline[S]":
+        """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next."""
+        self.nodes.append(StageNode(stage_spec(fn, id=id, name=name, description=description, tool=tool)))
+        return self
+
+    def branch(self, decider: Callable[..., Any], arms: Mapping[str, Any], *, id: Optional[str] = None,
+               name: Optional[str] = None, description: Optional[str] = None) -> "Pipeline[S]":
+        """Run `decider(scope)`, which returns one of `arms`' keys (or a `decide(...)` result)."""
+        if not arms:
+            raise PipelineError(f"pipeline '{self.name}': branch '{id or getattr(decider, '__name__', decider)}' has no arms")
+        spec = stage_spec(decider, id=id, name=name, description=description, kind="decider")
+        self.nodes.append(BranchNode(spec, {str(k): self._arm(spec.id, k, v) for k, v in arms.items()}))
+        return self
+
+    def _arm(self, decider: str, key: str, arm: Any) -> Union[list[Node], str]:
+        if isinstance(arm, str):
+            return arm
+        if isinstance(arm, (Pipeline, Flow)):
+            source = arm if isinstance(arm, Pipeline) else arm.pipeline
+            if source.scope is not self.scope:
+                raise PipelineError(
+                    f"branch '{decider}' arm '{key}': pipeline '{source.name}' uses scope "
+                    f"{source.scope.__name__}, not {self.scope.__name__}; use .subflow(...) with inputs/outputs mapping"
+                )
+            return list(source.nodes)
+        return [StageNode(stage_spec(arm))]
+
+    def fork(self, *fns: Callable[..., Any], id: Optional[str] = None, name: Optional[str] = None) -> "Pipeline[S]":
+        """Run the stages concurrently (threads for sync, asyncio.gather for async)."""
+        if len(fns) < 2:
+            raise PipelineError(f"pipeline '{self.name}': a fork needs at least two stages")
+        specs = [stage_spec(f, kind="fork-branch") for f in fns]
+        fork_id = id or "fork(" + ",".join(s.id for s in specs) + ")"
+        self.nodes.append(ForkNode(fork_id, name or fork_id, specs))
+        return self
+
+    def subflow(self, flow: "Flow[Any]", *, inputs: Union[Mapping[str, str], Callable[[Any], dict]],
+                outputs: Mapping[str, str], id: Optional[str] = None, name: Optional[str] = None,
+                description: Optional[str] = None) -> "Pipeline[S]":
+        """Run another flow as a child run: `inputs` maps child field ← parent field (or is
+        `fn(scope) -> dict`), `outputs` maps parent field ← child field."""
+        if not isinstance(flow, Flow):
+            raise PipelineError(f"pipeline '{self.name}': subflow needs a built flow (call .build()), got {flow!r}")
+        sid = id or flow.name
+        checks = [(outputs, self.scope, flow.scope, "outputs")]
+        if not callable(inputs):
+            checks.append((inputs, flow.scope, self.scope, "inputs"))
+        for mapping, left, right, which in checks:  # {left field: right field}
+            for a, b in mapping.items():
+                bad = a if a not in left.model_fields else b if b not in right.model_fields else None
+                if bad is not None:
+                    model = left if bad == a and a not in left.model_fields else right
+                    raise PipelineError(
+                        f"subflow '{sid}' {which}={{{a!r}: {b!r}}}: {model.__name__} has no field '{bad}' "
+                        f"(fields: {', '.join(model.model_fields)})")
+        spec = StageSpec(id=sid, name=name or sid, fn=None, description=description or flow.pipeline.description,
+                         kind="subflow", is_async=flow.program.has_async)
+        self.nodes.append(SubflowNode(spec, flow, inputs, dict(outputs)))
+        return self
+
+    def loop_to(self, target: str, *, when: Union[str, Callable[[Any], bool]], max_iterations: int = 10,
+                id: Optional[str] = None) -> "Pipeline[S]":
+        """Jump back to stage `target` while `when` holds (a branch key or `fn(scope) -> bool`)."""
+        if max_iterations < 1:
+            raise PipelineError(f"pipeline '{self.name}': loop_to('{target}') needs max_iterations >= 1")
+        self.nodes.append(LoopNode(id or f"loop→{target}", target, when, max_iterations))
+        return self
+
+    def build(self) -> "Flow[S]":
+        """Validate and compile; errors name the offending stage."""
+        return Flow(self)
+
+
+class Flow(Generic[S]):
+    """A validated, runnable pipeline (`Pipeline.build()`)."""
+
+    def __init__(self, pipeline: Pipeline[S]) -> None:
+        self.pipeline = pipeline
+        self.name = pipeline.name
+        self.scope = pipeline.scope
+        self.program = Program(pipeline)
+        self.graph = self.program.graph
+        self.hash = self.program.hash
+        self.schema = self.program.schema
+        self.has_async = self.program.has_async
+
+    def __repr__(self) -> str:
+        return f"<Flow {self.name} {self.hash} stages={len(self.program.specs)}>"
+
+    def to_mermaid(self) -> str:
+        """The stage graph as a Mermaid flowchart."""
+        return self.program.mermaid()
+
+    def to_spec(self) -> dict[str, Any]:
+        """The stage graph as a JSON-able dict (nodes, edges, scope fields, hash)."""
+        return {**self.program.spec(), "hash": self.hash}
+
+    def run(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
+            subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
+            tracer_provider: Any = None, resume: Any = None) -> Run:
+        """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
+        unless `raise_on_error=False`; the failed run is recorded either way).
+
+        `resume=<Run or run id>` starts from that run's final state (a conversation
+        thread): only `inputs` are recorded as this run's input, and reads of the
+        carried-over state trace back into the earlier run."""
+        exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume)
+        if not self.program.has_async:
+            return run_sync(exe.execute(raise_on_error, async_mode=False),
+                            f"flow '{self.name}' suspended without async stages; use `await flow.arun(...)`")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(exe.execute(raise_on_error, async_mode=True))
+        raise TracememError(f"flow '{self.name}' has async stages and an event loop is running: "
+                            f"use `await flow.arun(...)`")
+
+    async def arun(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
+                   subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
+                   tracer_provider: Any = None, resume: Any = None) -> Run:
+        """`run` for callers already inside an event loop."""
+        exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume)
+        return await exe.execute(raise_on_error, async_mode=True)
+
+    def _execution(self, inputs: Any, env: Optional[Mapping[str, Any]], store: Any, subject: Optional[str],
+                   durability: Optional[str], tracer_provider: Any, resume: Any) -> Execution:
+        return Execution(self.program, inputs, env=env, store=store, subject=subject,
+                         sinks=self._sinks(store, durability, tracer_provider),
+                         resume=self._previous(resume, store))
+
+    def _sinks(self, store: Any, durability: Optional[str], tracer_provider: Any) -> list[Sink]:
+        """Where this run is recorded: the process-wide sinks, the store, a per-run OpenTelemetry export."""
+        sinks = default_sinks.all()
+        if store is not None:
+            sinks.append(store.sink(durability))
+        if tracer_provider is not None:
+            from ..otel import OTelSink
+
+            sinks.insert(0, OTelSink(tracer_provider))  # first: it sets run.trace_id before the store writes
+        return sinks
+
+    def _previous(self, resume: Any, store: Any) -> Optional[Run]:
+        """The run `resume=` names (a Run, or a run id looked up in `store`), checked to fit this flow."""
+        if resume is None:
+            return None
+        previous = resume
+        if isinstance(previous, str):
+            if store is None:
+                raise TracememError(f"resume='{previous}' needs store=...: a run id is looked up in the store")
+            previous = store.run(previous)
+        if not isinstance(previous, Run):
+            raise TracememError(f"resume= takes a Run or a run id, got {previous!r}")
+        if previous.schema is not None and previous.schema.model is not self.scope:
+            raise TracememError(f"cannot resume run {previous.run_id} of '{previous.pipeline}' with flow "
+                                f"'{self.name}': their scopes differ")
+        return previous

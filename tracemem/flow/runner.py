@@ -1,0 +1,376 @@
+"""Executing a compiled `Program`: one step path that every node kind uses.
+
+Every step goes the same way: begin (number it, find the decision that routed
+here) → call the stage with its view (and context) → on error, record the step
+failed and abort → otherwise commit its writes and hand the finished step to the
+sinks. The node kinds differ only in what they do around that path: a decider
+picks the next instruction, a loop counts its rounds, a fork runs several steps
+at once, a subflow runs a child program inside its step.
+
+One coroutine runs every flow. A flow with no async stage is driven without an
+event loop (the coroutine never suspends, so `run()` costs no asyncio set-up); a
+flow with async stages runs under `asyncio.run` or `await flow.arun(...)`. The
+runner never sees `Flow`, the store or OpenTelemetry: it gets a `Program`, the
+sinks, and the store handle that stages see as `ctx.store`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from types import MappingProxyType
+from typing import Any, Awaitable, Callable, Mapping, Optional
+
+from ..errors import LoopLimitError, RunFailed, StageError, TracememError
+from ..ids import new_id
+from ..record import Decision, Step, StepKind
+from ..run import Run
+from ..scope.recorder import RunState, StepRecorder
+from ..scope.tracked import unwrap
+from .context import EMPTY, ReadOnlyArgs, StageContext
+from .fork import fork_conflict, merge_branch, run_branches
+from .program import Instruction, Program
+from .sinks import Sink
+from .spec import LoopNode, StageSpec, SubflowNode
+from .sync import run_sync
+
+_PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
+
+
+class Abort(Exception):
+    """Ends a run as failed: the message recorded on the run, and the error behind it."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class Begun:
+    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
+
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id")
+
+    def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
+                 routed_by: Optional[int]) -> None:
+        self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
+        self.started = time.time_ns()
+        self.child_run_id: Optional[str] = None
+
+
+class LoopState:
+    """Control-flow memory of a run: the decision that last routed into each region, how often each
+    loop went round, and the key each branch last chose."""
+
+    def __init__(self) -> None:
+        self.last_decision: dict[Any, int] = {}
+        self.rounds: dict[Any, int] = {}
+        self.branch_keys: dict[int, str] = {}
+
+    def routed_by(self, ins: Instruction) -> Optional[int]:
+        """The latest decision among those that routed into the regions holding `ins`."""
+        best = None
+        for region in ins.regions:
+            step = self.last_decision.get(region.key)
+            if step is not None and (best is None or step > best):
+                best = step
+        return best
+
+    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
+        """Count one more round of a loop (returns the count)."""
+        count = self.rounds.get(key, 0) + 1
+        self.rounds[key] = count
+        if decided_by is not None:
+            self.last_decision[key] = decided_by
+        return count
+
+    def leave(self, key: Any) -> None:
+        """A loop was left: its count and routing start afresh next time."""
+        self.rounds.pop(key, None)
+        self.last_decision.pop(key, None)
+
+
+class Execution:
+    """The state of one run while it executes."""
+
+    def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
+                 store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
+                 parent: Optional[tuple[str, int]] = None, resume: Optional[Run] = None) -> None:
+        self.program = program
+        self.inputs = inputs
+        self.env: Mapping[str, Any] = MappingProxyType(dict(env)) if env else EMPTY
+        self.store = store
+        self.subject = subject
+        self.parent = parent
+        self.salt = store.salt if store is not None else _PROCESS_SALT
+        self.sinks: list[Sink] = sinks or []
+        self.resume = resume  # the run this one continues (a conversation thread)
+        self.next_step = 0
+        self.counts: dict[str, int] = {}
+        self.async_mode = False
+        self.loops = LoopState()
+        self.handlers: dict[str, Callable[[Instruction, int], Awaitable[int]]] = {
+            "jump": self._do_jump, "stage": self._do_stage, "branch": self._do_branch, "loop": self._do_loop,
+            "fork": self._do_fork, "subflow": self._do_subflow}
+
+    # -- the run ------------------------------------------------------------------------
+    async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
+        self.async_mode = async_mode
+        program, previous = self.program, self.resume
+        if previous is None:
+            data = recorded = program.schema.initial(self.inputs, program.name)
+        else:
+            base = previous.output if isinstance(previous.output, program.scope) else program.schema.rebuild(
+                previous.state_at())
+            data, recorded = program.schema.resume({f: getattr(base, f) for f in program.schema.fields},
+                                                   self.inputs, program.name)
+        self.state = RunState(program.schema, data, self.salt)
+        self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
+        run = self.run = Run(
+            run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
+            input_json=program.schema.dump_scope(recorded, self.salt), started_at=time.time_ns(),
+            subject=self.subject, parent_run_id=self.parent[0] if self.parent else None,
+            parent_step=self.parent[1] if self.parent else None)
+        run.store = self.store
+        run.tools = program.tools
+        if previous is not None:
+            run.continue_from(previous)
+        self._note_query(data)
+        for sink in self.sinks:
+            sink.begin_run(run)
+        cause: Optional[BaseException] = None
+        try:
+            await self._execute_program()
+            run.status = "ok"
+        except Abort as abort:
+            run.status, run.error, cause = "failed", str(abort), abort.cause
+        except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
+            run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
+            self._end(run)
+            raise
+        self._end(run)
+        if run.status != "ok" and raise_on_error:
+            raise RunFailed(run, cause)
+        return run
+
+    def _note_query(self, data: dict[str, Any]) -> None:
+        if self.program.query and self.run.query is None:
+            self.run.query = str(unwrap(data.get(self.program.query)) or "") or None
+
+    def _end(self, run: Run) -> None:
+        data = self.state.data
+        run.ended_at = time.time_ns()
+        run.output = self.program.scope.model_construct(**data)
+        failed = {s.step for s in run.steps if s.status != "ok"}
+        run.output_json = self.program.schema.dump_output(data, [w for w in run.writes if w.step not in failed],
+                                                          self.salt)
+        self._note_query(data)
+        for sink in self.sinks:
+            sink.end_run(run)
+
+    async def _execute_program(self) -> None:
+        ins_list = self.program.ins
+        pc, end = 0, len(ins_list)
+        while pc < end:
+            ins = ins_list[pc]
+            handler = self.handlers.get(ins.op)
+            if handler is None:
+                raise TracememError(f"internal: unknown instruction '{ins.op}' at {pc} in '{self.program.name}'")
+            pc = await handler(ins, pc)
+
+    # -- the one step path ------------------------------------------------------------------
+    def _begin(self, ins: Instruction, spec: StageSpec, kind: StepKind) -> Begun:
+        self.next_step += 1
+        iteration = self.counts.get(spec.id, 0)
+        self.counts[spec.id] = iteration + 1
+        return Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
+                     self.loops.routed_by(ins))
+
+    async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
+        """Call the stage function with its view (and context, if it takes one)."""
+        spec, rec = begun.spec, begun.rec
+        call = fn or spec.fn
+        view = self.program.view_class(rec)
+        if spec.takes_ctx:
+            ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store)
+            result = call(view, ctx)
+        else:
+            result = call(view)
+        if spec.is_async:
+            result = await result
+        return result
+
+    async def _step(self, ins: Instruction, spec: StageSpec, kind: StepKind,
+                    body: Optional[Callable[[Begun], Awaitable[Any]]] = None) -> tuple[Begun, Any]:
+        """Begin a step and run its body (the stage call by default); a failure is recorded and aborts."""
+        begun = self._begin(ins, spec, kind)
+        try:
+            result = await (body(begun) if body is not None else self._call(begun))
+        except Exception as err:
+            raise self._fail(begun, err)
+        return begun, result
+
+    def _finish(self, begun: Begun, decision: Optional[Decision] = None, ended: Optional[int] = None) -> None:
+        """Commit a finished step's writes and record it."""
+        begun.rec.commit()
+        self._record(begun, "ok", None, decision, ended)
+
+    def _fail(self, begun: Begun, error: BaseException) -> Abort:
+        """Record a failed step (its reads, rows and logs kept, its writes never committed)."""
+        schema, data = self.program.schema, self.state.data
+        own = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
+        message = schema.mask_secrets(str(own), data)
+        self._record(begun, "failed", message, None, None)
+        if isinstance(error, TracememError) and not isinstance(error, StageError):
+            return Abort(message, error)
+        return Abort(schema.mask_secrets(str(StageError(begun.spec.id, self.run.run_id, error)), data), error)
+
+    def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
+                ended: Optional[int]) -> None:
+        run, rec, spec = self.run, begun.rec, begun.spec
+        step = Step(step=rec.step, stage=spec.id, name=spec.name, kind=begun.kind, iteration=begun.iteration,
+                    status=status, error=error, started_at=begun.started, ended_at=ended or time.time_ns(),  # type: ignore[arg-type]
+                    routed_by=begun.routed_by, child_run_id=begun.child_run_id, logs=tuple(rec.logs))
+        writes = rec.writes if status == "ok" else []
+        run.steps.append(step)
+        if rec.reads:
+            run.reads.extend(rec.reads)
+        if writes:
+            run.writes.extend(writes)
+        if decision is not None:
+            run.decisions.append(decision)
+        for table, row in rec.rows:
+            run.rows.setdefault(table, []).append(row)
+        for sink in self.sinks:
+            sink.step_done(run, step, rec.reads, writes, decision, rec.rows)
+
+    # -- what each kind does around it ------------------------------------------------------
+    async def _do_jump(self, ins: Instruction, pc: int) -> int:
+        return ins.target
+
+    async def _do_stage(self, ins: Instruction, pc: int) -> int:
+        begun, _ = await self._step(ins, ins.spec, "stage")  # type: ignore[arg-type]
+        decision, next_pc = None, pc + 1
+        if begun.rec.break_reason is not None:
+            decision, next_pc = self._break(ins, begun)
+        self._finish(begun, decision)
+        return next_pc
+
+    def _break(self, ins: Instruction, begun: Begun) -> tuple[Decision, int]:
+        """`ctx.break_loop()`: leave the innermost loop around `ins` (an error outside any loop)."""
+        loops = [r for r in ins.regions if isinstance(r.key, tuple)]
+        if not loops:
+            err = TracememError(f"stage '{begun.spec.id}' called break_loop() but is not inside a loop")
+            raise self._fail(begun, err)
+        region = max(loops, key=lambda r: r.start)
+        self.loops.leave(region.key)
+        reason = begun.rec.break_reason
+        return Decision(begun.rec.step, "break", {"reason": reason, "loop": region.name}), region.exit
+
+    async def _do_branch(self, ins: Instruction, pc: int) -> int:
+        spec: StageSpec = ins.spec  # type: ignore[assignment]
+        begun, key = await self._step(ins, spec, "decider")
+        if key not in ins.targets and not isinstance(key, str) and str(key) in ins.targets:
+            key = str(key)  # arm keys are strings: `{True: ..., False: ...}` matches a bool decider
+        if key not in ins.targets:
+            raise self._fail(begun, TracememError(
+                f"decider '{spec.id}' returned {key!r}, which is not one of its branches: {', '.join(ins.targets)}"))
+        loop_key = ("loop", pc)
+        if key in ins.loop_keys:
+            limit = self.program.max_iterations
+            if self.loops.rounds.get(loop_key, 0) + 1 > limit:
+                raise self._fail(begun, LoopLimitError(
+                    f"loop '{spec.id}→{ins.node.arms[key]}' in pipeline '{self.program.name}' exceeded "
+                    f"max_iterations={limit} (decider '{spec.id}' kept choosing '{key}'); make it exit or raise "
+                    f"Pipeline(..., max_iterations=...)"))
+            self.loops.go_round(loop_key, begun.rec.step)
+        elif loop_key in self.loops.rounds:
+            self.loops.leave(loop_key)
+        rec = begun.rec
+        self._finish(begun, Decision(rec.step, key, rec.evidence if rec.evidence is not None else {"returned": key}))
+        self.loops.last_decision[pc] = rec.step
+        self.loops.branch_keys[pc] = key
+        return ins.targets[key]
+
+    async def _do_loop(self, ins: Instruction, pc: int) -> int:
+        node: LoopNode = ins.node
+        loop_key = ("loop", pc)
+        spec = StageSpec(id=node.id, name=node.id, fn=node.when if callable(node.when) else None, kind="loop",
+                         is_async=asyncio.iscoroutinefunction(node.when))
+        begun: Optional[Begun] = None
+        if isinstance(node.when, str):  # loop_to(when=<branch key>): the branch before it decided
+            again = self.loops.branch_keys.get(ins.branch_index) == node.when
+            decided_by = self.loops.last_decision.get(ins.branch_index)
+        else:  # a predicate, recorded as a step of its own
+            begun, result = await self._step(ins, spec, "loop")
+            again, decided_by = bool(result), begun.rec.step
+        when = getattr(node.when, "__name__", node.when)
+        if not again:
+            self.loops.leave(loop_key)
+            if begun is not None:
+                self._finish(begun, Decision(begun.rec.step, "exit", {"when": when}))
+            return pc + 1
+        if self.loops.rounds.get(loop_key, 0) + 1 > node.max_iterations:
+            err = LoopLimitError(f"loop '{node.id}' back to '{node.target}' in pipeline '{self.program.name}' "
+                                 f"exceeded max_iterations={node.max_iterations}; make the loop exit or raise "
+                                 f"max_iterations")
+            raise self._fail(begun or self._begin(ins, spec, "loop"), err)
+        self.loops.go_round(loop_key, decided_by)
+        if begun is not None:
+            self._finish(begun, Decision(begun.rec.step, "continue", {"when": when}))
+        return ins.target
+
+    async def _do_fork(self, ins: Instruction, pc: int) -> int:
+        specs: list[StageSpec] = ins.node.branches
+        begun = [self._begin(ins, spec, "fork-branch") for spec in specs]
+        outcomes = await run_branches(lambda i: self._call(begun[i]), [s.is_async for s in specs], self.async_mode)
+        for b, outcome in zip(begun, outcomes):
+            b.started = outcome.started
+        failed_at = next((i for i, o in enumerate(outcomes) if o.error is not None), -1)
+        failure: Optional[BaseException] = outcomes[failed_at].error if failed_at >= 0 else fork_conflict(
+            [s.id for s in specs], [b.rec for b in begun])
+        decision, next_pc = None, pc + 1
+        breaker = next((i for i, b in enumerate(begun) if b.rec.break_reason is not None), -1)
+        if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
+            decision, next_pc = self._break(ins, begun[breaker])
+        if failure is not None:
+            abort: Optional[Abort] = None
+            for b, outcome in zip(begun, outcomes):
+                own = outcome.error
+                err = own if own is not None else failure if failed_at < 0 else TracememError(
+                    f"not committed: fork branch '{specs[failed_at].id}' failed")
+                a = self._fail(b, err)
+                abort = abort or (a if own is not None or failed_at < 0 else None)
+            raise abort or Abort(str(failure), failure)
+        for i, (b, outcome) in enumerate(zip(begun, outcomes)):
+            merge_branch(self.state, b.rec)
+            self._record(b, "ok", None, decision if i == breaker else None, outcome.ended)
+        return next_pc
+
+    async def _do_subflow(self, ins: Instruction, pc: int) -> int:
+        node: SubflowNode = ins.node
+
+        async def body(begun: Begun) -> None:
+            view = self.program.view_class(begun.rec)
+            if callable(node.inputs):
+                child_inputs = unwrap(node.inputs(view))
+            else:
+                child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
+            exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
+                            sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+            coro = exe.execute(False, async_mode=self.async_mode)
+            child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
+            begun.child_run_id = child.run_id
+            self.run.children.append(child)
+            if child.status != "ok":
+                raise TracememError(f"subflow '{node.flow.name}' (child run {child.run_id}) failed: {child.error}")
+            for parent_field, child_field in node.outputs.items():
+                setattr(view, parent_field, getattr(child.output, child_field))
+            begun.rec.rows.append(("subflows", {  # kept in the file: backtracking maps outputs to the child
+                "run_id": self.run.run_id, "step": begun.rec.step, "child_run_id": child.run_id,
+                "inputs": None if callable(node.inputs) else json.dumps(dict(node.inputs)),
+                "outputs": json.dumps(dict(node.outputs))}))
+
+        begun, _ = await self._step(ins, ins.spec, "subflow", body)  # type: ignore[arg-type]
+        self._finish(begun)
+        return pc + 1

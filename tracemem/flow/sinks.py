@@ -1,0 +1,54 @@
+"""Where a run goes while it happens: the `Sink` protocol and the process-wide sinks.
+
+`Flow.run` gives the runner a list of sinks: the process-wide ones (what
+`tracemem.otel.enable()` adds), the store's, and a per-run OpenTelemetry export.
+The runner calls each as the run begins, after every finished step, and at its end.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional, Protocol
+
+from ..record import Decision, Read, Step, Write
+from ..run import Run
+
+__all__ = ["Sink", "DefaultSinks", "default_sinks"]
+
+
+class Sink(Protocol):
+    """Receives a run as it happens (the store, OpenTelemetry export)."""
+
+    def begin_run(self, run: Run) -> None: ...
+
+    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
+                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None: ...
+
+    def end_run(self, run: Run) -> None: ...
+
+
+class DefaultSinks:
+    """The sinks every run in this process records through (besides its store's)."""
+
+    def __init__(self) -> None:
+        self._sinks: list[Sink] = []
+        self._lock = threading.Lock()
+
+    def add(self, sink: Sink) -> None:
+        with self._lock:
+            self._sinks.append(sink)
+
+    def remove_if(self, predicate: Any) -> None:
+        """Drop every sink for which `predicate(sink)` is true."""
+        with self._lock:
+            self._sinks = [s for s in self._sinks if not predicate(s)]
+
+    def all(self) -> list[Sink]:
+        """A copy of the current list (a run keeps the sinks it started with)."""
+        return list(self._sinks)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sinks = []
+
+
+default_sinks = DefaultSinks()

@@ -1,0 +1,54 @@
+"""The scope a stage receives: looks like the pydantic model, and every access goes to the recorder.
+
+Each flow builds one view class for its scope model, with one property per field
+(attribute lookups through a property are faster than `__getattr__`), so a stage
+gets IDE completion on `scope.answer` while every read and write is recorded.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .recorder import StepRecorder
+from .schema import ScopeSchema
+
+__all__ = ["ScopeView", "view_class", "recorder_of"]
+
+
+class ScopeView:
+    """Base of the per-model view classes; attribute access goes to the step recorder."""
+
+    __slots__ = ("_rec",)
+
+    def __init__(self, rec: StepRecorder) -> None:
+        object.__setattr__(self, "_rec", rec)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._rec.set_field(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._rec.delete_field(name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._rec.read(name)
+
+    def __repr__(self) -> str:
+        return f"<scope view of {self._rec.state.schema.model.__name__} in stage '{self._rec.stage}'>"
+
+
+def view_class(schema: ScopeSchema) -> type[ScopeView]:
+    """A ScopeView subclass for `schema`'s model with one property per field."""
+
+    def prop(name: str) -> property:
+        return property(lambda self: self._rec.read(name))
+
+    namespace: dict[str, Any] = {"__slots__": ()}
+    for name in schema.fields:
+        namespace[name] = prop(name)
+    return type(f"{schema.model.__name__}View", (ScopeView,), namespace)
+
+
+def recorder_of(view: ScopeView) -> StepRecorder:
+    """The recorder behind a view (what `decide()` records its evidence into)."""
+    return object.__getattribute__(view, "_rec")

@@ -1,0 +1,191 @@
+"""Batches: the rows of many runs, inserted into DuckDB as one columnar transaction.
+
+Rows are collected as Python tuples and inserted per table as one Arrow table
+(`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
+hundreds of rows a second, Arrow batches hundreds of thousands. `COLUMNS` is the
+one list of every run table's columns and types: the journal, the loader and
+retention all read it from here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Optional, Sequence
+
+import pyarrow as pa
+
+from ..errors import TracememError
+from ..record import Decision, Read, Step, Write
+from ..run import Run
+
+NS = pa.timestamp("ns")
+S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
+
+COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
+    "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
+             ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
+             ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
+             ("continues_run_id", S)],
+    "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
+              ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
+              ("child_run_id", S), ("logs", pa.list_(S))],
+    "writes": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("verb", S), ("value", J)],
+    "reads": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("source_step", I), ("source_seq", I)],
+    "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
+    "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
+                    ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
+                    ("started_at", NS), ("error", S)],
+    "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
+    "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
+                        ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
+    "memory_uses": [("run_id", S), ("step", I), ("memory_id", S), ("outcome", S), ("reason", S), ("score", F),
+                    ("rank", I)],
+    "snapshot_uses": [("run_id", S), ("step", I), ("source_run_id", S), ("score", F), ("projection", S),
+                      ("query", S)],
+    "run_embeddings": [("run_id", S), ("pipeline", S), ("embedder_id", S), ("query", S),
+                       ("embedding", pa.list_(pa.float32())), ("created_at", NS)],
+    "subflows": [("run_id", S), ("step", I), ("child_run_id", S), ("inputs", J), ("outputs", J)],
+}
+EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
+_HOST = socket.gethostname()
+
+
+def _json(value: Any) -> Optional[str]:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def run_row(run: Run) -> tuple:
+    return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
+            run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
+            run.subject, run.query, run.trace_id, run.continues)
+
+
+def end_facts(run: Run) -> dict[str, Any]:
+    """What the runs row learns when a run ends."""
+    return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
+            "query": run.query, "trace_id": run.trace_id}
+
+
+def extra_row(table: str, row: dict[str, Any]) -> tuple:
+    cols = COLUMNS[table]
+    unknown = set(row) - {c for c, _ in cols}
+    if unknown:
+        raise TracememError(f"row for table '{table}' has unknown columns {sorted(unknown)}; "
+                            f"columns are {[c for c, _ in cols]}")
+    return tuple(_json(row.get(c)) if t == J and not isinstance(row.get(c), (str, type(None)))
+                 else row.get(c) for c, t in cols)
+
+
+COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
+
+Mark = tuple[int, int, int, int, dict[str, int]]  # counts of steps, reads, writes, decisions, rows per table
+
+
+def mark_of(run: Run) -> Mark:
+    """How much of a run's record exists now."""
+    return (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
+            {t: len(rows) for t, rows in run.rows.items()})
+
+
+@dataclass
+class Progress:
+    """How far a run has got towards its tables: how it was journaled, and (durability "stage") how much
+    of its record has reached the tables (`written`) and how much is complete (`done`)."""
+
+    journal: Optional[Literal["stage", "run"]] = None
+    written: Optional[Mark] = None
+    done: Optional[Mark] = None
+
+
+class Batch:
+    """Rows waiting to be inserted: `rows` per table, and for the hot tables `cols`,
+    filled column-wise straight from the run's record tuples (no per-row Python work)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in COLUMNS[t]] for t in COLUMNAR}
+        self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
+        self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
+        self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
+
+    def _columns(self, table: str, run_id: str, records: Sequence[tuple]) -> None:
+        if not records:
+            return
+        cols = self.cols[table]
+        cols[0].extend([run_id] * len(records))
+        for target, values in zip(cols[1:], zip(*records)):
+            target.extend(values)
+
+    def add_steps(self, run_id: str, steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
+                  decisions: Iterable[Decision]) -> None:
+        self._columns("steps", run_id, steps)
+        self._columns("reads", run_id, reads)
+        self._columns("writes", run_id, writes)
+        self.rows["decisions"].extend((run_id, d.step, d.chosen, _json(d.evidence)) for d in decisions)
+
+    def add_extra(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        for table, row in rows:
+            if not table.startswith("_"):  # "_span" and other telemetry-only rows are not stored
+                self.rows[table].append(extra_row(table, row))
+
+    def add_embeddings(self, rows: list[tuple]) -> None:
+        self.rows["run_embeddings"].extend(rows)
+
+    def add_run(self, run: Run, progress: Optional[Progress] = None, extra: bool = True) -> None:
+        """A finished run; one journaled under durability "stage" already has its runs row,
+        and maybe some steps in the tables (`progress.written`)."""
+        progress = progress or Progress()
+        if progress.journal == "stage":
+            self.finished.append((run.run_id, end_facts(run)))
+        else:
+            self.rows["runs"].append(run_row(run))
+        if progress.journal is not None:
+            self.journaled.append(run.run_id)
+        self.add_part(run, progress.written, None, extra)
+
+    def add_part(self, run: Run, start: Optional[Mark], end: Optional[Mark], extra: bool = True) -> None:
+        """The run's record between two marks (None: its start / its end)."""
+        s = start or (0, 0, 0, 0, {})
+        e = end or mark_of(run)
+        self.add_steps(run.run_id, run.steps[s[0]:e[0]], run.reads[s[1]:e[1]], run.writes[s[2]:e[2]],
+                       run.decisions[s[3]:e[3]])
+        if extra:
+            for table, count in e[4].items():
+                self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
+
+    def insert(self, con: Any) -> None:
+        """Insert everything as one transaction of one Arrow batch per table."""
+        con.execute("BEGIN TRANSACTION")
+        try:
+            tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
+            tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
+            for table, columns in tables:
+                cols = COLUMNS[table]
+                arrays = [pa.array(values, type=t) for (_, t), values in zip(cols, columns)]
+                batch = pa.Table.from_arrays(arrays, names=[c for c, _ in cols])
+                con.register("_tracemem_batch", batch)
+                try:
+                    con.execute(f"INSERT INTO {table} ({', '.join(c for c, _ in cols)}) "
+                                f"SELECT * FROM _tracemem_batch")
+                finally:
+                    con.unregister("_tracemem_batch")
+            for run_id, end in self.finished:
+                con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
+                            "query = ?, trace_id = ? WHERE run_id = ?",
+                            [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
+                             end["trace_id"], run_id])
+            if self.journaled:
+                con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [self.journaled])
+            for run_id, steps in self.journaled_steps:
+                con.execute("DELETE FROM step_journal WHERE run_id = ? AND kind = 'step' AND step IN "
+                            "(SELECT unnest(?::INTEGER[]))", [run_id, steps])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise

@@ -1,0 +1,56 @@
+"""Lookups over one run's record, built once per run a backtrack walks through."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..record import Read, Write
+from ..scope.paths import parse_path
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+
+class RunIndex:
+    """Lookups over one run's record used while walking it."""
+
+    def __init__(self, run: "Run") -> None:
+        self.run = run
+        failed = {s.step for s in run.steps if s.status != "ok"}
+        self.steps = {s.step: s for s in run.steps}
+        self.reads: dict[int, list[Read]] = {}
+        for r in run.reads:
+            self.reads.setdefault(r.step, []).append(r)
+        self.writes: dict[tuple[int, int], Write] = {}
+        self.by_root: dict[str, list[Write]] = {}
+        for w in run.writes:
+            if w.step in failed:
+                continue
+            self.writes[(w.step, w.seq)] = w
+            self.by_root.setdefault(parse_path(w.path)[0], []).append(w)
+        self.position = {(w.step, w.seq): i for ws in self.by_root.values() for i, w in enumerate(ws)}
+        self.decisions = {d.step: d for d in run.decisions}
+        self.inputs: dict[str, Any] = json.loads(run.input_json) if run.input_json else {}
+        self.given = set(self.inputs) if run.continues else set()
+        self._rows_by_step: dict[str, dict[int, list[dict[str, Any]]]] = {}
+
+    def node_write(self, w: Write) -> str:
+        return f"w:{self.run.run_id}:{w.step}:{w.seq}"
+
+    def last_write(self, path: str) -> Optional[Write]:
+        wanted = parse_path(path)
+        for w in reversed(self.by_root.get(wanted[0], [])):
+            p = parse_path(w.path)
+            n = min(len(p), len(wanted))
+            if p[:n] == wanted[:n]:
+                return w
+        return None
+
+    def rows(self, table: str, step: int) -> list[dict[str, Any]]:
+        """The extra rows (`model_calls`, `memory_uses`, ...) one step emitted."""
+        by_step = self._rows_by_step.get(table)
+        if by_step is None:
+            by_step = self._rows_by_step[table] = {}
+            for row in self.run.rows.get(table, ()):
+                by_step.setdefault(row["step"], []).append(row)
+        return by_step.get(step, [])
