@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol, Union, runtime_checkable
 
 from pydantic import BaseModel
+from .errors import TracememError
 
 __all__ = ["Message", "Usage", "Reply", "ChatModel", "ModelError", "OpenAICompatibleModel",
            "ScriptedModel", "count_tokens_estimate"]
-
 Message = dict[str, str]
 """One chat message: ``{"role": "user" | "system" | "assistant", "content": ...}``."""
 
@@ -74,7 +74,7 @@ class ChatModel(Protocol):
 ErrorKind = Literal["status", "timeout", "bad_reply", "connection", "script"]
 
 
-class ModelError(Exception):
+class ModelError(TracememError):
     """A model call failed; the message says what failed and what to do about it.
 
     ``kind`` lets callers branch without parsing text: "status" (HTTP error

@@ -25,6 +25,8 @@ from ..errors import TracememError
 from ..times import utc_naive, utc_now
 from .render import Progress, table, to_json
 
+__all__ = ["build_parser", "main"]
+
 
 def _parent() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)

@@ -38,8 +38,9 @@ from .sync import run_sync
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
 
 
-class Abort(Exception):
-    """Ends a run as failed: the message recorded on the run, and the error behind it."""
+class Abort(TracememError):
+    """Ends a run as failed: the message recorded on the run, and the error behind it (internal: the
+    runner raises and catches it; a caller sees `RunFailed`)."""
 
     def __init__(self, message: str, cause: BaseException) -> None:
         super().__init__(message)
@@ -109,9 +110,6 @@ class Execution:
         self.counts: dict[str, int] = {}
         self.async_mode = False
         self.loops = LoopState()
-        self.handlers: dict[str, Callable[[Instruction, int], Awaitable[int]]] = {
-            "jump": self._do_jump, "stage": self._do_stage, "branch": self._do_branch, "loop": self._do_loop,
-            "fork": self._do_fork, "subflow": self._do_subflow}
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
@@ -173,10 +171,13 @@ class Execution:
         pc, end = 0, len(ins_list)
         while pc < end:
             ins = ins_list[pc]
-            handler = self.handlers.get(ins.op)
+            if ins.op == "stage":  # the common case, without a lookup
+                pc = await self._do_stage(ins, pc)
+                continue
+            handler = HANDLERS.get(ins.op)
             if handler is None:
                 raise TracememError(f"internal: unknown instruction '{ins.op}' at {pc} in '{self.program.name}'")
-            pc = await handler(ins, pc)
+            pc = await handler(self, ins, pc)
 
     # -- the one step path ------------------------------------------------------------------
     def _begin(self, ins: Instruction, spec: StageSpec, kind: StepKind) -> Begun:
@@ -184,7 +185,7 @@ class Execution:
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
         return Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
-                     self.loops.routed_by(ins))
+                     self.loops.routed_by(ins) if ins.regions else None)
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
         """Call the stage function with its view (and context, if it takes one)."""
@@ -228,9 +229,10 @@ class Execution:
     def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
                 ended: Optional[int]) -> None:
         run, rec, spec = self.run, begun.rec, begun.spec
-        step = Step(step=rec.step, stage=spec.id, name=spec.name, kind=begun.kind, iteration=begun.iteration,
-                    status=status, error=error, started_at=begun.started, ended_at=ended or time.time_ns(),  # type: ignore[arg-type]
-                    routed_by=begun.routed_by, child_run_id=begun.child_run_id, logs=tuple(rec.logs))
+        # the one place a Step is built (positionally: this is the hot path)
+        step = Step(rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error,  # type: ignore[arg-type]
+                    begun.started, ended or time.time_ns(), begun.routed_by, begun.child_run_id,
+                    tuple(rec.logs) if rec.logs else ())
         writes = rec.writes if status == "ok" else []
         run.steps.append(step)
         if rec.reads:
@@ -249,7 +251,11 @@ class Execution:
         return ins.target
 
     async def _do_stage(self, ins: Instruction, pc: int) -> int:
-        begun, _ = await self._step(ins, ins.spec, "stage")  # type: ignore[arg-type]
+        begun = self._begin(ins, ins.spec, "stage")  # type: ignore[arg-type]
+        try:  # `_step`, inlined: this is the hot path
+            await self._call(begun)
+        except Exception as err:
+            raise self._fail(begun, err)
         decision, next_pc = None, pc + 1
         if begun.rec.break_reason is not None:
             decision, next_pc = self._break(ins, begun)
@@ -374,3 +380,9 @@ class Execution:
         begun, _ = await self._step(ins, ins.spec, "subflow", body)  # type: ignore[arg-type]
         self._finish(begun)
         return pc + 1
+
+
+# What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
+HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
+    "jump": Execution._do_jump, "stage": Execution._do_stage, "branch": Execution._do_branch,
+    "loop": Execution._do_loop, "fork": Execution._do_fork, "subflow": Execution._do_subflow}

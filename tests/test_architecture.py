@@ -1,0 +1,224 @@
+"""The house rules, checked from the code itself (AST), not from a count someone typed.
+
+- no import cycles among tracemem modules, lazy imports inside functions included
+  (only imports under `if TYPE_CHECKING:` are exempt);
+- no module imports a `_private` name from another module, and no object reaches
+  into another module's objects through their `_private` attributes;
+- no module is over 400 lines;
+- `stages/` imports from tracemem only names an `__all__` lists;
+- every exception class tracemem defines derives from `TracememError`;
+- each package's `__all__` is exactly what it exports (httpx's test_exported_members).
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pathlib
+import pkgutil
+from typing import Iterator, Optional
+
+import networkx as nx
+import pytest
+
+import stages
+import tracemem
+from tracemem import TracememError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("tracemem", "stages")
+MAX_LINES = 400
+# Attributes with a leading underscore that are public by convention (namedtuple API, CPython helpers).
+CONVENTIONAL = {"_asdict", "_replace", "_fields", "_make", "_field_defaults", "_getframe", "_exit"}
+
+
+def module_files() -> dict[str, pathlib.Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = module_files()
+
+
+def is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers inside `if TYPE_CHECKING:` blocks."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def resolve(module: str, level: int, target: Optional[str]) -> str:
+    if level == 0:
+        return target or ""
+    base = module.split(".") if is_package(module) else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def imports(module: str) -> Iterator[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) for every import outside TYPE_CHECKING blocks."""
+    tree = ast.parse(MODULES[module].read_text())
+    exempt = type_checking_lines(tree)
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in exempt:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(module, node.level, node.module)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in MODULES:
+                    yield sub, [], node.lineno
+                else:
+                    yield base, [alias.name], node.lineno
+
+
+def import_graph() -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for module in MODULES:
+        if not module.startswith("tracemem"):
+            continue
+        graph.add_node(module)
+        for target, _, _ in imports(module):
+            if target in MODULES and target != module and target.startswith("tracemem"):
+                graph.add_edge(module, target)
+    return graph
+
+
+def test_no_import_cycles_lazy_imports_included():
+    cycles = list(nx.simple_cycles(import_graph()))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles)
+
+
+def test_no_private_names_imported_across_modules():
+    bad = [f"{module}:{line} imports {name} from {target}"
+           for module in MODULES for target, names, line in imports(module)
+           for name in names if target in MODULES and name.startswith("_") and not name.startswith("__")]
+    assert not bad, "\n".join(bad)
+
+
+def defined_private_names(tree: ast.AST) -> set[str]:
+    """`_names` a module defines for itself: functions, classes, attributes it assigns, slots it declares."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
+            names.add(node.value)  # __slots__ entries, object.__setattr__(self, "_x", ...)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_no_object_reaches_into_another_modules_private_attributes():
+    bad = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        own = defined_private_names(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            attr = node.attr
+            if not attr.startswith("_") or attr.startswith("__") or attr in CONVENTIONAL:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if attr not in own:
+                bad.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_is_over_400_lines():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these modules (over {MAX_LINES} lines): {long}"
+
+
+def exported(module_name: str) -> set[str]:
+    module = importlib.import_module(module_name)
+    return set(getattr(module, "__all__", ()))
+
+
+def test_stages_import_only_names_an_all_lists():
+    bad = []
+    for module in MODULES:
+        if not module.startswith("stages"):
+            continue
+        for target, names, line in imports(module):
+            if not target.startswith("tracemem"):
+                continue
+            if not names:  # `import tracemem.x` or `from tracemem import submodule`
+                bad.append(f"{module}:{line} imports the module {target}; import names from an __all__")
+                continue
+            missing = [n for n in names if n not in exported(target)]
+            if missing:
+                bad.append(f"{module}:{line} imports {missing} from {target}, whose __all__ does not list them")
+    assert not bad, "\n".join(bad)
+
+
+def all_modules() -> Iterator[object]:
+    for package in (tracemem, stages):
+        yield package
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith("minilm"):
+                continue  # optional extra: imports only where `make minilm` installed it
+            yield importlib.import_module(info.name)
+
+
+def test_every_error_class_derives_from_tracemem_error():
+    bad = []
+    for module in all_modules():
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == module.__name__
+                    and not issubclass(value, TracememError)):
+                bad.append(f"{module.__name__}.{name}")
+    assert not bad, "errors outside the TracememError tree: " + ", ".join(bad)
+
+
+def defined_public_names(module_name: str) -> set[str]:
+    """Public names a plain module defines at top level (what its __all__ should list)."""
+    tree = ast.parse(MODULES[module_name].read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("name", ["tracemem", "stages", "tracemem.store", "tracemem.memory", "tracemem.trace",
+                                  "tracemem.otel", "tracemem.cli.render", "tracemem.text",
+                                  "tracemem.times", "tracemem.scope.view", "tracemem.scope.known",
+                                  "tracemem.flow.sinks"])
+def test_all_lists_exactly_what_a_module_exports(name):
+    """A package exports what it imports into its namespace; a plain module, what it defines."""
+    module = importlib.import_module(name)
+    if is_package(name):
+        public = {n for n, value in vars(module).items() if not n.startswith("_") and not inspect.ismodule(value)
+                  and str(getattr(value, "__module__", "tracemem")).startswith(("tracemem", "stages"))}
+    else:
+        public = defined_public_names(name)
+    declared = set(module.__all__)
+    assert declared == public, (f"{name}.__all__ lists {sorted(declared - public)} it does not export, "
+                                f"and misses {sorted(public - declared)}")
