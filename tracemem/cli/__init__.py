@@ -183,13 +183,14 @@ def _keep_only(trace: Any, kind: str) -> None:
 
 
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
+    from ..store.user_sql import ReadOnlySQLError
+
     with _open(args, write=args.write) as store:
         try:
             rel = store.sql(args.query)
-        except TracememError as err:
-            if args.write or "read-only" not in str(err):
-                raise
-            raise TracememError(f"{err} (`tracemem sql` is read-only; pass --write to change the store)") from None
+        except ReadOnlySQLError as err:
+            raise TracememError(f"tracemem sql is read-only: {err.refused}. Use --write to change the store "
+                                f"or run SQL with full access") from None
         if rel is None:
             print("ok", file=out)
             return

@@ -34,6 +34,7 @@ from .rows import utc_naive
 from .schema import _meta, _set_meta, open_schema
 from .snapshots import SnapshotIndex, embedding_rows
 from .opening import connect, recover_dead_runs
+from .user_sql import UserSQL
 from .writer import Batch, StoreSink
 
 
@@ -78,6 +79,7 @@ class Store:
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
+        self._user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         ref = weakref.ref(self)
         atexit.register(_close_at_exit, ref)
 
@@ -223,6 +225,8 @@ class Store:
                 self._writer.join(timeout=5)
             with self.lock:
                 self.con.close()
+            if self._user_sql is not None:
+                self._user_sql.close()
             if self._snapshot_dir is not None:
                 shutil.rmtree(self._snapshot_dir, ignore_errors=True)
 
@@ -234,8 +238,11 @@ class Store:
         return cur
 
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
-        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`)."""
+        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`). On a read-only store the
+        SQL is fenced (store/user_sql.py): no file access, ATTACH, SET or extensions, no changes."""
         self.flush()
+        if self._user_sql is not None:
+            return self._user_sql.sql(query, params)
         try:
             return self._cursor().sql(query, params=params)
         except duckdb.Error as err:
