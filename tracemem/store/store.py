@@ -98,6 +98,8 @@ class Store:
         if opened.snapshot_of:
             self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
             self._snapshot_dir = os.path.dirname(opened.path)
+            # removed by close(); if setup fails or close() is never called, when this Store goes (or at exit)
+            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
         return opened.con
 
     def _mark_interrupted(self) -> list[str]:
