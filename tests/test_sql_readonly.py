@@ -21,6 +21,7 @@ import duckdb
 import pytest
 
 from stages.cli import main
+from tracemem.errors import TracememError
 from tracemem.store import Store
 from tracemem.store.schema import ALL_TABLES
 from tracemem.store.user_sql import ReadOnlySQLError
@@ -222,7 +223,7 @@ def test_read_only_stores_share_a_file_and_release_it(demo, copy):
         second.close()
     with Store(copy) as writable:  # nothing of the fence holds the file any more
         assert writable.sql("DELETE FROM tracemem_meta WHERE key = 'nothing'").fetchall() == [(0,)]
-    with pytest.raises(Exception):
+    with pytest.raises(TracememError, match="is closed"):
         first.sql("SELECT 1")
 
 
@@ -294,3 +295,29 @@ def test_cli_fences_the_snapshot_it_reads_while_another_process_writes(copy, tmp
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_relations_it_returns_are_fenced_too(store, tmp_path):
+    rel = store.sql("SELECT * FROM runs")
+    for write in (lambda: rel.to_csv(str(tmp_path / "r.csv")), lambda: rel.to_parquet(str(tmp_path / "r.parquet")),
+                  lambda: rel.create("copied_runs")):
+        with pytest.raises(duckdb.Error, match="disabled by configuration|read-only"):
+            write()
+    assert list(tmp_path.iterdir()) == []
+    assert rel.arrow().read_all().num_rows == len(rel.fetchall())
+
+
+def test_threads_query_one_read_only_store(store, demo):
+    expected = counts(demo)
+    results: list[bool] = []
+
+    def work() -> None:
+        for table in ALL_TABLES:
+            results.append(store.sql(f"SELECT count(*) FROM {table}").fetchall()[0][0] == expected[table])
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 4 * len(ALL_TABLES) and all(results)

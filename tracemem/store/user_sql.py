@@ -80,6 +80,8 @@ class UserSQL:
             self._cursors, self._con = [], None
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
+        if self._closed:
+            raise TracememError(f"the store {self.label} is closed; open it again to query it")
         cursor = getattr(self._local, "cursor", None)
         if cursor is not None:
             return cursor
@@ -104,7 +106,7 @@ def fenced(path: str) -> duckdb.DuckDBPyConnection:
             con.execute(f"ATTACH '{quoted}' (READ_ONLY)")
         catalog = con.execute("SELECT database_name FROM duckdb_databases() WHERE readonly AND NOT internal"
                               ).fetchall()[0][0]
-        con.execute(f'USE "{catalog}"')
+        con.execute('USE "{}"'.format(catalog.replace('"', '""')))
         con.execute("DETACH memory")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
