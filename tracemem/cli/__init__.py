@@ -23,7 +23,7 @@ import duckdb
 
 from ..errors import TracememError
 from ..times import utc_naive, utc_now
-from .render import Progress, table, to_json
+from .render import Progress, Visible, table, to_json, visible
 
 __all__ = ["build_parser", "main"]
 
@@ -32,7 +32,8 @@ def _parent() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS,
                         help="store file (default: $TRACEMEM_DB or ./tracemem.duckdb)")
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output (JSON; NaN and Infinity, which JSON lacks, become null)")
     return common
 
 
@@ -175,13 +176,14 @@ def cmd_backtrack(args: argparse.Namespace, out: Any) -> None:
 
 
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
+    from ..store.user_sql import ReadOnlySQLError
+
     with _open(args, write=args.write) as store:
         try:
             rel = store.sql(args.query)
-        except TracememError as err:
-            if args.write or "read-only" not in str(err):
-                raise
-            raise TracememError(f"{err} (`tracemem sql` is read-only; pass --write to change the store)") from None
+        except ReadOnlySQLError as err:
+            raise TracememError(f"tracemem sql is read-only: {err.refused}. Use --write to change the store "
+                                f"or run SQL with full access") from None
         if rel is None:
             print("ok", file=out)
             return
@@ -195,6 +197,9 @@ def cmd_sql(args: argparse.Namespace, out: Any) -> None:
 def cmd_memories(args: argparse.Namespace, out: Any) -> None:
     where = [] if args.all else ["deleted_at IS NULL"]
     params: list[Any] = []
+    if args.subject is not None and not args.subject.strip():
+        raise TracememError("--subject is empty; name a subject (e.g. --subject ana), or leave --subject out "
+                            "to list every subject")
     if args.subject:
         where.append("subject = ?")
         params.append(args.subject)
@@ -282,13 +287,13 @@ COMMANDS = {"runs": cmd_runs, "show": cmd_show, "backtrack": cmd_backtrack, "sql
 def main(argv: Optional[Sequence[str]] = None, out: Any = None, extra: Optional[Extra] = None) -> int:
     """Run one command; `extra` adds commands defined outside the engine (e.g. `demo`)."""
     args = build_parser(extra).parse_args(argv)
-    out = out or sys.stdout
+    out = Visible(out or sys.stdout)  # stored text never drives the terminal (render.visible)
     commands = {**COMMANDS, **{name: run for name, (_, _, run) in (extra or {}).items()}}
     try:
         commands[args.command](args, out)
     except (TracememError, duckdb.Error, OSError, ValueError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"tracemem: error: {message}", file=sys.stderr)
+        print(f"tracemem: error: {visible(message)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0

@@ -1,14 +1,48 @@
-"""Plain-text rendering for people: aligned tables and a progress bar on stderr."""
+"""Plain-text rendering for people: aligned tables and a progress bar on stderr.
+
+Stored text comes from models, users and tools; printed raw, an ANSI escape or a `\r` in it would
+drive the operator's terminal (recolour, hide or rewrite lines). So everything printed for people
+goes through `visible()`, which shows control characters as escapes (`\x1b`, `\r`) instead.
+"""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TextIO
 
 from ..text import clip
 
-__all__ = ["Progress", "cell", "table", "to_json"]
+__all__ = ["Progress", "Visible", "cell", "table", "to_json", "visible"]
+
+# C0 controls but newline and tab, DEL, C1 controls (0x9b is a one-byte CSI), bidi overrides
+_ESCAPES = {chr(c): f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_ESCAPES.update({"\r": "\\r", **{chr(c): f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}})
+_VISIBLE = str.maketrans(_ESCAPES)
+
+
+def visible(text: str) -> str:
+    """`text` with terminal control characters written as escapes, so they are shown, not obeyed."""
+    return text.translate(_VISIBLE)
+
+
+class Visible:
+    """A text stream that writes through `visible()` (what the CLI prints for people)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(visible(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
 
 
 def cell(value: Any, width: int = 60) -> str:
@@ -22,7 +56,7 @@ def cell(value: Any, width: int = 60) -> str:
         text = json.dumps(value, default=str)
     else:
         text = str(value)
-    return clip(text, width)
+    return clip(visible(text), width)
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], width: int = 60) -> str:
@@ -37,7 +71,18 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], width: int = 60
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, default=str, indent=2)
+    """JSON for scripts. NaN and ±Infinity are not JSON: they become null."""
+    return json.dumps(_finite(value), default=str, indent=2, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class Progress:

@@ -66,11 +66,16 @@ def open_snapshot(path: str, holder: str) -> Opened:
     """Copy the file (and its WAL) aside and open the copy read-only: a consistent-enough read while locked."""
     folder = tempfile.mkdtemp(prefix="tracemem-snapshot-")
     copy = os.path.join(folder, os.path.basename(path))
-    shutil.copyfile(path, copy)
-    if os.path.exists(path + ".wal"):
-        shutil.copyfile(path + ".wal", copy + ".wal")
+    try:
+        shutil.copyfile(path, copy)
+        if os.path.exists(path + ".wal"):
+            shutil.copyfile(path + ".wal", copy + ".wal")
+        con = duckdb.connect(copy, read_only=True)
+    except (OSError, duckdb.Error) as err:  # never leave the copy behind
+        shutil.rmtree(folder, ignore_errors=True)
+        raise TracememError(f"cannot open {path}: {str(err).splitlines()[0].replace(copy, path)}") from None
     note = f"{path} is locked by {holder}; reading a copy taken at {datetime.now():%H:%M:%S}"
-    return Opened(duckdb.connect(copy, read_only=True), copy, path, note)
+    return Opened(con, copy, path, note)
 
 
 def recover_dead_runs(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -36,6 +36,7 @@ from .opening import connect, recover_dead_runs
 from .retention import PruneReport, export, prune
 from .snapshots import SnapshotIndex
 from .tables import open_schema
+from .user_sql import UserSQL
 from .writer import StoreSink, Writer
 
 
@@ -60,6 +61,8 @@ class Store:
         if opened.snapshot_of:
             self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
             self._snapshot_dir = os.path.dirname(opened.path)
+            # removed by close(); if setup fails or close() is never called, when this Store goes (or at exit)
+            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
         self._local = threading.local()
         self._closed = False
         with self.lock:
@@ -81,6 +84,8 @@ class Store:
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
         self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
                              self.snapshots.added)
+        # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
+        self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -121,6 +126,8 @@ class Store:
             self.writer.stop()
             with self.lock:
                 self.con.close()
+            if self.user_sql is not None:
+                self.user_sql.close()
             if self._snapshot_dir is not None:
                 shutil.rmtree(self._snapshot_dir, ignore_errors=True)
 
@@ -132,8 +139,11 @@ class Store:
         return cur
 
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
-        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`)."""
+        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`). On a read-only store the
+        SQL is fenced (store/user_sql.py): no file access, ATTACH, SET or extensions, no changes."""
         self.flush()
+        if self.user_sql is not None:
+            return self.user_sql.sql(query, params)
         try:
             return self._cursor().sql(query, params=params)
         except duckdb.Error as err:
