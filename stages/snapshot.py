@@ -18,6 +18,8 @@ import json
 from typing import Any, Callable, Optional
 
 from tracemem import Run, StageContext, TracememError
+from tracemem.text import clip
+from tracemem.trace import describe_decision
 
 PROJECTIONS = ("decisions", "answer", "writes", "full")
 
@@ -40,10 +42,7 @@ def project(run: Run, projection: str, answer_path: str, max_writes: int = 30) -
     if projection in ("decisions", "full"):
         steps = {s.step: s for s in run.steps}
         for d in run.decisions:
-            rules = d.evidence.get("rules", []) if isinstance(d.evidence, dict) else []
-            matched = [r["rule"] for r in rules if r.get("matched")]
-            why = f" because '{matched[0]}'" if matched else ""
-            parts.append(f"  {steps[d.step].stage} chose '{d.chosen}'{why}")
+            parts.append(f"  {describe_decision(steps[d.step].stage, d.chosen, d.evidence)}")
         if not run.decisions:
             parts.append("  (no decisions recorded)")
     if projection in ("answer", "full"):
@@ -54,7 +53,7 @@ def project(run: Run, projection: str, answer_path: str, max_writes: int = 30) -
         parts.append(f"  answer: {json.dumps(value, ensure_ascii=False)}")
     if projection in ("writes", "full"):
         for w in run.writes[:max_writes]:
-            shown = "" if w.value is None else " " + (w.value if len(w.value) <= 120 else w.value[:119] + "…")
+            shown = "" if w.value is None else " " + clip(w.value, 120)
             parts.append(f"  {w.path} {w.verb}{shown}")
         if len(run.writes) > max_writes:
             parts.append(f"  … {len(run.writes) - max_writes} more writes")

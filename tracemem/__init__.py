@@ -28,7 +28,7 @@ flowchart LR
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
 from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, RunFailed, ScopeReadError,
-                     ScopeWriteError, StageError, TracememError)
+                     ScopeWriteError, StageError, TracememError, UsageError)
 from .flow.context import StageContext
 from .flow.decide import decide
 from .flow.pipeline import Flow, Pipeline
@@ -38,5 +38,5 @@ from .run import Run
 __all__ = [
     "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
     "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext", "StageError", "Step",
-    "TracememError", "Write", "decide",
+    "TracememError", "UsageError", "Write", "decide",
 ]

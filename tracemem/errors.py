@@ -7,6 +7,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── ScopeWriteError      a stage wrote a value the scope's schema rejects
     ├── ScopeReadError       a stage read a name the scope does not have (also an AttributeError)
     ├── PathError            text that is not a scope path, e.g. 'messages[0' (also a ValueError)
+    ├── UsageError           arguments that cannot work, e.g. prune with no limit (also a ValueError)
     ├── ForkConflictError    two fork branches wrote the same path
     ├── LoopLimitError       a loop exceeded its max_iterations guard
     ├── StageError           wraps what a stage raised, naming the stage and the run
@@ -51,6 +52,10 @@ class ScopeReadError(TracememError, AttributeError):
 
 class PathError(TracememError, ValueError):
     """Text that is not a scope path (`messages[0].content` is one)."""
+
+
+class UsageError(TracememError, ValueError):
+    """A call was given arguments that cannot work; the message says which and what to pass."""
 
 
 class ForkConflictError(TracememError):

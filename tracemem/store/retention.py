@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from ..dbmeta import first_row
+from ..errors import UsageError
 from ..times import utc_naive
 from .tables import ALL_TABLES, RUN_TABLES
 
@@ -30,7 +31,7 @@ class PruneReport:
 def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int], dry_run: bool,
           progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
     if older_than is None and keep_last is None:
-        raise ValueError("prune needs older_than=<datetime> and/or keep_last=<count>")
+        raise UsageError("prune needs older_than=<datetime> and/or keep_last=<count>")
     older_than = utc_naive(older_than)
     top = con.execute("SELECT run_id, started_at FROM runs WHERE parent_run_id IS NULL "
                       "ORDER BY started_at DESC").fetchall()
