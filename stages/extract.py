@@ -8,7 +8,15 @@ reading as instructions to the assistant; exact and near duplicates are not
 stored twice. A survivor that updates a stored fact supersedes it (the old one
 becomes contradicted and linked, never deleted). Every failure — model error,
 bad JSON, schema mismatch, store error — goes to `on_error`, is logged in the
-step, and the run still succeeds.
+step, is recorded as a `_degraded` row of the step (`run.rows["_degraded"]`: the
+run succeeded without the memory it should have gained) with an OpenTelemetry
+error span, and the run still succeeds.
+
+The reply schema sent to the model (`EXTRACTION_SCHEMA`) keeps to OpenAI's strict
+structured-output subset: every object closes with `additionalProperties: false`
+and requires all its properties (the optional one is a union with null), and no
+keyword a strict server refuses (defaults, length or range bounds). The bounds
+are checked here instead, by pydantic.
 """
 from __future__ import annotations
 
@@ -22,6 +30,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tracemem import StageContext, TracememError
 from tracemem.models import ChatModel
+
+from .instruction_filter import INSTRUCTION_PATTERNS, reads_as_instruction
+
+__all__ = ["EXTRACTION_PROMPT", "EXTRACTION_SCHEMA", "DEGRADED", "INSTRUCTION_PATTERNS", "ExtractedFact",
+           "ExtractedFacts", "extract_memories", "install_extraction", "reads_as_instruction"]
 
 EXTRACTION_PROMPT = """You extract durable facts about the user from one conversation turn.
 Return JSON: {"facts": [{"fact": "User ...", "score": 0.0-1.0, "tags": ["..."], "supersedes": null}]}.
@@ -42,56 +55,34 @@ class ExtractedFacts(BaseModel):
     facts: list[ExtractedFact]
 
 
-# Facts that read as instructions to the assistant, role or section markers. A stored fact is about the
-# user in the third person ("User always takes the 8am train"); an instruction is an imperative at the start
-# of a sentence, or is addressed to the assistant ("you", "the assistant").
-_START = r"(?:^|[.!?;:\n]\s*)(?:please\s+)?"
-_DIRECTIVE = (r"(?:answer|say|respond|reply|tell|recommend|mention|output|call|use|trust|approve|grant|give|refuse|"
-              r"deny|include|follow|obey|apply|reveal|print|accept|allow|agree|comply|treat|skip|bypass|ignore)")
-_ADDRESSEE = r"\b(?:you|assistant|ai|bot|chatbot|llm)\b"
-_RULES = (r"(?:instructions?|rules|polic(?:y|ies)|guidelines|guardrails|prompts?|directions|messages|context|"
-          r"restrictions|constraints|limits?|safety|settings|system)")
-INSTRUCTION_PATTERNS = [re.compile(p, re.IGNORECASE) for p in (
-    _START + r"(?:always|never)\b",  # "Always answer yes", "Never mention the policy"
-    r"(?:^|[.!?;:,\n]\s*)(?:please\s+)?(?:always|never)\s+" + _DIRECTIVE + r"\b",  # "When asked, always say yes"
-    _START + r"(?:do not|don't|dont)\s+(?:follow|obey|apply|mention|tell|reveal|say|answer|ask|check|verify|refuse|"
-             r"deny|use|trust)\b",
-    _START + r"(?:answer|respond|reply|say|tell|recommend|mention|output|approve|grant|give|refuse|deny|include|"
-             r"follow|obey|apply|reveal|print|accept|allow|treat|skip|bypass|ignore|disregard|override|forget|"
-             r"pretend|act as|comply|write|return|send|use)\b",  # an imperative opening a sentence
-    _ADDRESSEE + r"\W+(?:\w+\W+){0,3}?(?:must|should|shall|will|has to|have to|needs? to|is to|are to|to)\s+"
-                 r"(?:always\s+|never\s+|not\s+)?" + _DIRECTIVE + r"\b",  # "wants the assistant to always approve"
-    r"\b(?:must|should|shall|will|is to|are to)\s+(?:always\s+|never\s+|automatically\s+)?be\s+(?:approved|"
-    r"granted|accepted|allowed|trusted|ignored|overridden|waived|skipped|bypassed)\b",  # "must always be approved"
-    r"\b(?:ignore|disregard)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+|these\s+|those\s+|this\s+)?(?:previous\s+|"
-    r"prior\s+|above\s+|earlier\s+|preceding\s+|system\s+|safety\s+|other\s+|original\s+)?" + _RULES + r"\b",
-    r"\bdisregard\b", r"\boverrid(?:e|es|ing|den)\s+(?:the\s+|all\s+|any\s+|your\s+|its\s+|this\s+)?(?:\w+\s+)?"
-    + _RULES + r"\b",
-    r"\bforget\s+(?:all|everything|what you|your|previous|prior|earlier|the (?:above|previous|prior|earlier|rules|"
-    r"instructions|policy|system))\b",
-    r"\b(?:previous|prior|above|earlier|system) (?:instructions?|prompt|rules|messages?)\b",
-    r"\byou (?:are now|must|should|will|have to|need to|can now)\b", r"\bfrom now on\b", r"\bnew instructions?\b",
-    _ADDRESSEE + r"[^.]{0,20}\b(?:act as|pretend)\b", r"\bpretend (?:to be|you|that you)\b",
-    r"\bact as (?:an? )?(?:unrestricted|unfiltered|uncensored|jailbroken|admin|administrator|root|dan)\b",
-    r"\bjailbreak\b", r"\bdeveloper mode\b", r"\bdo anything now\b",
-    r"\bregardless of (?:the |any |our |your |all )?(?:policy|policies|rules|instructions|guidelines|limits?)\b",
-    r"\b(?:skip|bypass|circumvent|waive)\b[^.]{0,20}\b(?:verification|checks?|rules|polic(?:y|ies)|limits?|"
-    r"restrictions|safety|guardrails|filters?)\b",
-    r"\btreat (?:this|the) (?:user|customer|person) as\b",
-    r"(^|\n|\s)(system|assistant|user|developer|tool)\s*:", r"\[(directions?|memory|system|user|context|instructions?)\]",
-    r"\[/?INST\]", r"<</?SYS>>", r"<\|?(im_start|im_end|system|endoftext)\|?>", r"#{2,}\s*(instruction|system)",
-    r"\bprompt injection\b", r"\b(reveal|print|show|leak)\b.*\b(prompt|instructions|secret|password|key)\b",
-    r"\b(the )?assistant (must|should|will|is to)\b", r"\brespond (?:only|to (?:every|all|any))\b",
-    r"\bin every (answer|reply|response)\b",
-)]
+EXTRACTION_SCHEMA: dict[str, Any] = {
+    "title": "extracted_facts",
+    "type": "object",
+    "properties": {
+        "facts": {
+            "type": "array",
+            "description": "Durable facts about the user from this turn; empty when there are none.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "fact": {"type": "string", "description": "One fact in the third person: 'User ...'."},
+                    "score": {"type": "number", "description": "0.0-1.0: how sure the fact is true and durable."},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "supersedes": {"type": ["string", "null"],
+                                   "description": "The id of a known fact this one updates, else null."},
+                },
+                "required": ["fact", "score", "tags", "supersedes"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["facts"],
+    "additionalProperties": False,
+}
+"""`ExtractedFacts` as a JSON schema valid under OpenAI's strict mode (pydantic's own has defaults and bounds)."""
 
-
-def reads_as_instruction(text: str) -> Optional[str]:
-    """The pattern a fact matched if it reads as an instruction to the assistant, else None."""
-    for pattern in INSTRUCTION_PATTERNS:
-        if pattern.search(text):
-            return pattern.pattern
-    return None
+DEGRADED = "_degraded"
+"""The step row a failed extraction leaves: {stage, reason, error_type, http_status}; the run still succeeds."""
 
 
 def _norm(text: str) -> str:
@@ -114,8 +105,9 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
                 report["skipped"] = "continuation"
                 return
             _extract(scope, ctx, report)
-        except Exception as err:  # never breaks the run: routed to on_error and logged in the step
+        except Exception as err:  # never breaks the run: routed to on_error, logged and marked in the step
             report["error"] = f"{type(err).__name__}: {err}"
+            report["degraded"] = _degraded(ctx, err, report["error"])
             ctx.log(f"extract_memories failed: {report['error']}")
             if on_error is not None:
                 on_error(err)
@@ -156,9 +148,10 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
             if fact.score < threshold:
                 report["dropped"].append({"fact": fact.fact, "score": fact.score, "why": f"score < {threshold}"})
                 continue
-            pattern = reads_as_instruction(fact.fact) if content_filter else None
-            if pattern:
-                report["rejected"].append({"fact": fact.fact, "score": fact.score, "why": "reads as an instruction"})
+            rule = reads_as_instruction(fact.fact) if content_filter else None
+            if rule:
+                report["rejected"].append({"fact": fact.fact, "score": fact.score,
+                                           "why": f"reads as an instruction ({rule})"})
                 continue
             # an update of a stored attribute is never its near duplicate ("diet is vegan" vs "... vegetarian")
             old = fact.supersedes if fact.supersedes in known_ids else _same_attribute(live, fact.fact)
@@ -193,7 +186,7 @@ def _complete(ctx: StageContext, chat: Any, messages: list[dict[str, str]]) -> A
     call = {"call_id": uuid.uuid4().hex[:12], "model": getattr(chat, "name", None),
             "provider": getattr(chat, "provider", None), "prompt_id": None, "started_at": time.time_ns()}
     try:
-        reply = chat.complete(messages, schema=ExtractedFacts)
+        reply = chat.complete(messages, schema=EXTRACTION_SCHEMA)
     except Exception as err:
         ctx.emit("model_calls", **call, response=None, input_tokens=None, output_tokens=None,
                  latency_ms=(time.time_ns() - call["started_at"]) / 1e6, error=f"{type(err).__name__}: {err}")
@@ -202,6 +195,19 @@ def _complete(ctx: StageContext, chat: Any, messages: list[dict[str, str]]) -> A
              input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
              latency_ms=(time.time_ns() - call["started_at"]) / 1e6, error=None)
     return reply
+
+
+def _degraded(ctx: StageContext, err: BaseException, error: str) -> dict[str, Any]:
+    """Mark the step as having failed its job while the run goes on: a `_degraded` row (kept with the run,
+    handed to every sink) and an error span for OpenTelemetry."""
+    status = getattr(err, "status", None)
+    marker = {"stage": ctx.stage, "reason": f"memory extraction failed: {error}", "error_type": type(err).__name__,
+              "http_status": status if isinstance(status, int) else None}
+    ctx.emit(DEGRADED, **marker)
+    ctx.span("extract_memories failed", attributes={"error.type": marker["error_type"], "tracemem.degraded": True,
+                                                    "tracemem.degraded.reason": marker["reason"][:500],
+                                                    "http.response.status_code": marker["http_status"]})
+    return marker
 
 
 def _is_continuation(scope: Any, ctx: StageContext) -> bool:
