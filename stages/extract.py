@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import uuid
 from typing import Any, Callable, Optional, Sequence, Union
 
 from pydantic import BaseModel, Field, ValidationError
@@ -133,7 +131,7 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
         known_text = "\n".join(f"- {r.memory_id}: {r.text}" for r in known_ids.values()) or "(none)"
         messages = [{"role": "system", "content": EXTRACTION_PROMPT + "\nKnown facts:\n" + known_text},
                     {"role": "user", "content": f"User: {question}\nAssistant: {answer}"}]
-        reply = _complete(ctx, chat, messages)
+        reply = ctx.complete(chat, messages, schema=EXTRACTION_SCHEMA)  # recorded as a model_calls row
         try:
             parsed = ExtractedFacts.model_validate(json.loads(reply.text))
         except json.JSONDecodeError as err:
@@ -179,22 +177,6 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
 
     extract.__name__ = extract.__qualname__ = "extract_memories"
     return extract
-
-
-def _complete(ctx: StageContext, chat: Any, messages: list[dict[str, str]]) -> Any:
-    """The extraction call, recorded as a `model_calls` row of this step (failed or not), like call_model's."""
-    call = {"call_id": uuid.uuid4().hex[:12], "model": getattr(chat, "name", None),
-            "provider": getattr(chat, "provider", None), "prompt_id": None, "started_at": time.time_ns()}
-    try:
-        reply = chat.complete(messages, schema=EXTRACTION_SCHEMA)
-    except Exception as err:
-        ctx.emit("model_calls", **call, response=None, input_tokens=None, output_tokens=None,
-                 latency_ms=(time.time_ns() - call["started_at"]) / 1e6, error=f"{type(err).__name__}: {err}")
-        raise
-    ctx.emit("model_calls", **{**call, "model": reply.model or call["model"]}, response=reply.text,
-             input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-             latency_ms=(time.time_ns() - call["started_at"]) / 1e6, error=None)
-    return reply
 
 
 def _degraded(ctx: StageContext, err: BaseException, error: str) -> dict[str, Any]:
