@@ -1,0 +1,47 @@
+"""What every command shares: which store file, opening it for reading, run ids by prefix, output mode."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, Mapping
+
+from ..errors import TracememError
+
+Setup = Callable[[argparse.ArgumentParser], None]
+Handler = Callable[[argparse.Namespace, Any], None]
+Command = tuple[str, Setup, Handler]  # (help, add its arguments, run it)
+Commands = Mapping[str, Command]
+
+
+def db_path(args: argparse.Namespace) -> str:
+    """The store file a command works on: --db, else $TRACEMEM_DB, else ./tracemem.duckdb."""
+    return getattr(args, "db", None) or os.environ.get("TRACEMEM_DB") or "tracemem.duckdb"
+
+
+def open_store(args: argparse.Namespace, write: bool = False) -> Any:
+    """The store, read-only (a snapshot copy if another process writes it) unless `write`."""
+    from ..store import Store
+
+    path = db_path(args)
+    if path != ":memory:" and not os.path.exists(path):  # never create a store from a mistyped --db
+        raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
+    store = Store(path, read_only=not write, snapshot_if_locked=not write)
+    if store.snapshot_of:
+        print(f"note: {store.snapshot_note}", file=sys.stderr)
+    return store
+
+
+def resolve_run(store: Any, ref: str) -> str:
+    """A full run id from a unique prefix (people copy the first 8 characters)."""
+    rows = store.sql("SELECT run_id FROM runs WHERE starts_with(run_id, ?) LIMIT 3", [ref]).fetchall()
+    if not rows:
+        raise TracememError(f"no run '{ref}' in {store.path}; list them with `tracemem runs`")
+    if len(rows) > 1:
+        raise TracememError(f"run prefix '{ref}' is ambiguous ({', '.join(r[0] for r in rows)}…); give more characters")
+    return rows[0][0]
+
+
+def wants_json(args: argparse.Namespace) -> bool:
+    """Whether `--json` was given."""
+    return bool(getattr(args, "json", False))

@@ -1,0 +1,113 @@
+"""`tracemem sql`, `memories`, `prune` and `export`: the store's data, as tables and files."""
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import TracememError
+from ..times import utc_naive, utc_now
+from .common import Commands, open_store, wants_json
+from .render import Progress, table, to_json
+
+
+def setup_sql(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", help="SQL over the store's tables (see the README's SQL reference)")
+    p.add_argument("--write", action="store_true", help="allow changes and full SQL (default: read-only)")
+
+
+def setup_memories(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--subject", help="only this subject's records")
+    p.add_argument("--all", action="store_true", help="include forgotten records")
+
+
+def setup_prune(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--older-than", help="days (e.g. 30) or an ISO date (UTC, as run times are stored)")
+    p.add_argument("--keep-last", type=int, help="keep the newest N runs")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+
+
+def setup_export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("directory", help="where to write <table>.parquet files")
+
+
+def cmd_sql(args: argparse.Namespace, out: Any) -> None:
+    from ..store.user_sql import ReadOnlySQLError
+
+    with open_store(args, write=args.write) as store:
+        try:
+            rel = store.sql(args.query)
+        except ReadOnlySQLError as err:
+            raise TracememError(f"tracemem sql is read-only: {err.refused}. Use --write to change the store "
+                                f"or run SQL with full access") from None
+        if rel is None:
+            print("ok", file=out)
+            return
+        cols, rows = rel.columns, rel.fetchall()
+    if wants_json(args):
+        print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
+    else:
+        print(table(cols, rows), file=out)
+
+
+def cmd_memories(args: argparse.Namespace, out: Any) -> None:
+    where = [] if args.all else ["deleted_at IS NULL"]
+    params: list[Any] = []
+    if args.subject is not None and not args.subject.strip():
+        raise TracememError("--subject is empty; name a subject (e.g. --subject ana), or leave --subject out "
+                            "to list every subject")
+    if args.subject:
+        where.append("subject = ?")
+        params.append(args.subject)
+    clause = ("WHERE " + " AND ".join(where)) if where else ""
+    with open_store(args) as store:
+        rel = store.sql("SELECT memory_id, subject, text, confidence, review_state, valid_from, valid_until, "
+                        f"source_run_id, source_step, source_ref FROM memories {clause} ORDER BY created_at", params)
+        cols, rows = rel.columns, rel.fetchall()
+    if wants_json(args):
+        print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
+    else:
+        print(table(cols, rows, width=48), file=out)
+
+
+def _when(text: str) -> datetime:
+    """A cut-off in UTC, as run times are stored (an ISO date without a zone is taken as UTC)."""
+    try:
+        return utc_now() - timedelta(days=float(text))
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            raise TracememError(f"--older-than takes days (e.g. 30) or an ISO date, got {text!r}") from None
+        return utc_naive(when)  # type: ignore[return-value]
+
+
+def cmd_prune(args: argparse.Namespace, out: Any) -> None:
+    if args.older_than is None and args.keep_last is None:
+        raise TracememError("prune needs --older-than DAYS|DATE and/or --keep-last N")
+    with open_store(args, write=True) as store:
+        report = store.prune(older_than=_when(args.older_than) if args.older_than else None,
+                             keep_last=args.keep_last, dry_run=args.dry_run, progress=Progress("pruning"))
+    if wants_json(args):
+        print(to_json({"runs": report.runs, "rows": report.rows, "kept_cited": report.kept_cited,
+                       "dry_run": report.dry_run}), file=out)
+    else:
+        print(report, file=out)
+
+
+def cmd_export(args: argparse.Namespace, out: Any) -> None:
+    with open_store(args) as store:
+        counts = store.export(args.directory, progress=Progress("exporting"))
+    if wants_json(args):
+        print(to_json(counts), file=out)
+    else:
+        print(table(["table", "rows"], sorted(counts.items())), file=out)
+        print(f"wrote {len(counts)} Parquet files to {args.directory}", file=out)
+
+
+COMMANDS: Commands = {
+    "sql": ("run SQL over the store (read-only unless --write)", setup_sql, cmd_sql),
+    "memories": ("list memory records", setup_memories, cmd_memories),
+    "prune": ("delete old runs (never what memories cite)", setup_prune, cmd_prune),
+    "export": ("write every table to Parquet", setup_export, cmd_export),
+}

@@ -1,0 +1,70 @@
+"""`tracemem runs` and `tracemem show RUN`: what ran, and one run in full."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .common import Commands, open_store, resolve_run, wants_json
+from .render import table, to_json
+
+
+def setup_runs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pipeline", help="only runs of this pipeline")
+    p.add_argument("--status", help="only runs with this status (ok, failed, interrupted, running)")
+    p.add_argument("--subject", help="only runs for this subject")
+    p.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default 20)")
+
+
+def setup_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run id or a unique prefix of one")
+
+
+def cmd_runs(args: argparse.Namespace, out: Any) -> None:
+    with open_store(args) as store:
+        rows = store.runs(pipeline=args.pipeline, status=args.status, subject=args.subject, limit=args.limit)
+    if wants_json(args):
+        print(to_json(rows), file=out)
+        return
+    cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error"]
+    print(table(cols, [[r[c] for c in cols] for r in rows], width=50), file=out)
+
+
+def cmd_show(args: argparse.Namespace, out: Any) -> None:
+    with open_store(args) as store:
+        run = store.run(resolve_run(store, args.run))
+        if wants_json(args):
+            print(to_json({
+                "run_id": run.run_id, "pipeline": run.pipeline, "status": run.status, "error": run.error,
+                "subject": run.subject, "trace_id": run.trace_id, "parent_run_id": run.parent_run_id,
+                "continues": run.continues, "steps": [s._asdict() for s in run.steps],
+                "decisions": [d._asdict() for d in run.decisions], "output": json.loads(run.output_json or "null"),
+                "final_state": run.state_at() if run.schema is None else json.loads(run.output.model_dump_json()),
+            }), file=out)
+            return
+        duration = (run.ended_at - run.started_at) / 1e6 if run.ended_at else None
+        print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
+        for label, value in (("error", run.error), ("subject", run.subject), ("trace id", run.trace_id),
+                             ("parent run", run.parent_run_id), ("continues run", run.continues),
+                             ("duration", f"{duration:.2f} ms" if duration is not None else None)):
+            if value:
+                print(f"  {label}: {value}", file=out)
+        print("\nsteps", file=out)
+        print(table(["step", "stage", "kind", "iter", "status", "ms", "routed_by", "error"],
+                    [[s.step, s.stage, s.kind, s.iteration, s.status, round((s.ended_at - s.started_at) / 1e6, 3),
+                      s.routed_by, s.error] for s in run.steps]), file=out)
+        if run.decisions:
+            print("\ndecisions", file=out)
+            print(table(["step", "chosen", "evidence"], [[d.step, d.chosen, d.evidence] for d in run.decisions],
+                        width=90), file=out)
+        print("\nfinal scope", file=out)
+        final = run.state_at()
+        data = json.loads(final.model_dump_json()) if hasattr(final, "model_dump_json") else final
+        for key, value in data.items():
+            print(f"  {key}: {json.dumps(value, default=str)[:200]}", file=out)
+
+
+COMMANDS: Commands = {
+    "runs": ("list runs, newest first", setup_runs, cmd_runs),
+    "show": ("one run: steps, decisions, output", setup_show, cmd_show),
+}
