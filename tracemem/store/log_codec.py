@@ -85,6 +85,18 @@ def _orjson_dumps() -> Optional[Callable[[Any], bytes]]:
     return fast
 
 
+def _extra_of(decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The free-form part: decisions (with their evidence) and extra table rows, telemetry rows left out."""
+    extra: dict[str, Any] = {}
+    kept_decisions = [tuple(d) for d in decisions]
+    if kept_decisions:
+        extra["decisions"] = kept_decisions
+    kept_rows = [(t, r) for t, r in rows if not t.startswith("_")]
+    if kept_rows:
+        extra["rows"] = kept_rows
+    return extra
+
+
 def _extra_json(extra: dict[str, Any]) -> bytes:
     return json.dumps(extra, default=str, separators=(",", ":")).encode()
 
@@ -100,7 +112,7 @@ class LogCodec:
         self._dumps: Callable[[Any], bytes] = dumps or _stdlib_dumps()
 
     def _entry(self, kind: str, run_id: str, steps: Sequence[Step], reads: Sequence[Read],
-               writes: Sequence[Write], extra: dict[str, Any]) -> bytes:
+               writes: Sequence[Write], extra: Optional[dict[str, Any]]) -> bytes:
         try:
             head = self._dumps((VERSION, kind, run_id, steps, reads, writes))
             if not extra:
@@ -113,12 +125,9 @@ class LogCodec:
     def step(self, run_id: str, step: Step, reads: Sequence[Read], writes: Sequence[Write],
              decision: Optional[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
         """A finished stage: what `Sink.step_done` receives."""
-        extra: dict[str, Any] = {}
-        if decision is not None:
-            extra["decisions"] = [tuple(decision)]
-        kept = [(t, r) for t, r in rows if not t.startswith("_")] if rows else None
-        if kept:
-            extra["rows"] = kept
+        extra = None
+        if decision is not None or rows:
+            extra = _extra_of([decision] if decision is not None else (), rows)
         return self._entry("step", run_id, (step,), reads, writes, extra)
 
     def begin(self, run_row: Sequence[Any]) -> bytes:
@@ -132,13 +141,7 @@ class LogCodec:
     def run(self, run_row: Sequence[Any], steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
             decisions: Sequence[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
         """A whole finished run in one entry (`flush_interval=0`)."""
-        extra: dict[str, Any] = {"run": list(run_row)}
-        if decisions:
-            extra["decisions"] = [tuple(d) for d in decisions]
-        kept = [(t, r) for t, r in rows if not t.startswith("_")]
-        if kept:
-            extra["rows"] = kept
-        return self._entry("run", run_row[0], steps, reads, writes, extra)
+        return self._entry("run", run_row[0], steps, reads, writes, {"run": list(run_row), **_extra_of(decisions, rows)})
 
 
 # -- decoding: parse, then check every field -------------------------------------------------

@@ -35,8 +35,8 @@ FLAG_PREALLOCATED = 1
 _SEG_HEAD = struct.Struct("<8sHHQ")  # magic, version, flags, first LSN
 _CRC = struct.Struct("<I")
 SEGMENT_HEADER = _SEG_HEAD.size + _CRC.size
-_REC_HEAD = struct.Struct("<II")  # payload length, crc32(payload, length)
-RECORD_HEADER = _REC_HEAD.size
+RECORD_STRUCT = struct.Struct("<II")  # payload length, crc32(payload, length)
+RECORD_HEADER = RECORD_STRUCT.size
 _LSN = struct.Struct("<Q")
 
 
@@ -69,7 +69,7 @@ def segment_name(start: int) -> str:
 
 def frame(data: bytes) -> bytes:
     """A record as written: length, checksum, payload."""
-    return _REC_HEAD.pack(len(data), zlib.crc32(data, len(data))) + data
+    return RECORD_STRUCT.pack(len(data), zlib.crc32(data, len(data))) + data
 
 
 def segment_header(start: int, flags: int) -> bytes:
@@ -112,14 +112,15 @@ def scan(buf: bytes, limit: int, max_record: int,
     out: list[tuple[int, bytes]] = []
     off = SEGMENT_HEADER
     while off < limit:
-        if off + RECORD_HEADER > limit:
+        short = off + RECORD_HEADER > limit
+        length, crc = (0, 0) if short else RECORD_STRUCT.unpack_from(buf, off)
+        if length == 0 and crc == 0 and buf.count(0, off, limit) == limit - off:  # only zeros from here on
+            if zero_tail_ok and limit == len(buf):
+                return out, off, None
+            return out, off, f"zero-filled tail ({limit - off} bytes): writes never synced were lost"
+        if short:
             return out, off, f"truncated record header ({limit - off} of {RECORD_HEADER} bytes)"
-        length, crc = _REC_HEAD.unpack_from(buf, off)
         if length == 0:
-            if crc == 0 and buf.count(0, off, limit) == limit - off:
-                if zero_tail_ok and limit == len(buf):
-                    return out, off, None
-                return out, off, f"zero-filled tail ({limit - off} bytes): writes never synced were lost"
             return out, off, "zeros where a record header belongs, with data after them"
         if length > max_record:
             return out, off, f"implausible length {length} (max_record is {max_record})"

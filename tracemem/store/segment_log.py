@@ -42,12 +42,16 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
 from ..errors import TracememError
-from .log_format import (FLAG_PREALLOCATED, RECORD_HEADER, SEGMENT_HEADER, Damage, Record, frame, marker_bytes,
+from .log_format import (FLAG_PREALLOCATED, RECORD_HEADER, RECORD_STRUCT, SEGMENT_HEADER, Damage, Record, frame, marker_bytes,
                          parse_marker, read_segment, segment_header, segment_name)
+
+
+_pack, _crc32 = RECORD_STRUCT.pack, zlib.crc32
 
 
 class JournalError(TracememError):
@@ -91,9 +95,11 @@ class SegmentLog:
         self._syncing = False
         self._synced = 0
         self._broken: Optional[str] = None
-        self._fd = -1
-        self._lock_fd = -1
+        self._fd = self._lock_fd = -1
+        self._start = self._offset = self._limit = 0  # the active segment: first LSN, write offset, size
+        self._prealloc = False
         if readonly:
+            self._broken = f"journal {self.path} was opened readonly: it cannot be written"
             if not self.path.is_dir():
                 raise JournalError(f"no journal at {self.path}: nothing to read")
         else:
@@ -161,7 +167,7 @@ class SegmentLog:
             self._create(max(end, self.applied))
             return
         size = last.path.stat().st_size
-        self._fd = os.open(last.path, os.O_RDWR)
+        self._fd, self._start = os.open(last.path, os.O_RDWR), last.start
         self._offset = end - last.start
         self._prealloc = size > self._offset  # a clean end before the file's end: preallocated zeros
         self._limit = max(size, self.segment_bytes)
@@ -185,7 +191,7 @@ class SegmentLog:
         except BaseException:
             os.close(fd)
             raise
-        self._fd, self._offset, self._prealloc = fd, SEGMENT_HEADER, bool(flags)
+        self._fd, self._start, self._offset, self._prealloc = fd, start, SEGMENT_HEADER, bool(flags)
         self._limit = self.segment_bytes
         self._segments.append(Segment(start, path))
         with self._sync_cond:
@@ -203,29 +209,31 @@ class SegmentLog:
     @property
     def end(self) -> int:
         """The LSN the next record gets (everything below it has been appended)."""
-        return self._segments[-1].start + self._offset
+        return self._start + self._offset
 
     def append(self, data: bytes) -> int:
         """Write one record; returns its `end` LSN. Process-crash safe on return (and
         power-loss safe with `fsync=True`)."""
-        return self.append_many((data,))
+        n = len(data)
+        if not 0 < n <= self.max_record:
+            raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {n}")
+        return self._write(_pack(n, _crc32(data, n)) + data)  # frame(data), inlined: this is the hot path
 
     def append_many(self, records: Sequence[bytes]) -> int:
         """Write records with one write call (all or, after a crash, a valid prefix); returns the end LSN."""
-        if self.readonly:
-            raise JournalError(f"journal {self.path} was opened readonly: cannot append")
-        if not records:
-            return self.end
         for data in records:
-            if not data or len(data) > self.max_record:
+            if not 0 < len(data) <= self.max_record:
                 raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {len(data)}")
-        blob = b"".join([frame(d) for d in records]) if len(records) != 1 else frame(records[0])
+        return self._write(b"".join([frame(d) for d in records])) if records else self.end
+
+    def _write(self, blob: bytes) -> int:
         with self._lock:
             if self._broken:
                 raise JournalError(self._broken)
-            if self._offset + len(blob) > self._limit and self._offset > SEGMENT_HEADER:
-                self._rotate()
             offset = self._offset
+            if offset + len(blob) > self._limit and offset > SEGMENT_HEADER:
+                self._rotate()
+                offset = self._offset
             try:
                 written = os.pwrite(self._fd, blob, offset)
                 if written != len(blob):
@@ -233,8 +241,8 @@ class SegmentLog:
             except OSError as e:
                 self._undo(offset, len(blob), e)
                 raise JournalError(f"journal {self.path}: append failed at LSN {self.end}: {e}") from e
-            self._offset = offset + len(blob)
-            end = self._segments[-1].start + self._offset
+            self._offset = offset = offset + len(blob)
+            end = self._start + offset
         if self.fsync:
             self.sync(end)
         return end
@@ -262,8 +270,6 @@ class SegmentLog:
     def sync(self, upto: Optional[int] = None) -> int:
         """Make every record below `upto` (default: all appended) power-loss safe; returns the
         LSN known synced. Concurrent callers share one fdatasync."""
-        if self.readonly:
-            raise JournalError(f"journal {self.path} was opened readonly: nothing to sync")
         with self._lock:
             if self._broken:
                 raise JournalError(self._broken)
