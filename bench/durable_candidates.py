@@ -2,9 +2,10 @@
 
     python bench/durable_candidates.py [--quick] [--reps 7] [--dir PATH]
 
-Every figure is µs per operation, the median over interleaved repetitions in one
-process (each repetition times a batch of operations; the candidates take turns, so
-machine noise hits all alike). The step entries are real: the ten stages of
+Every figure is µs per operation, a median over interleaved repetitions in one process:
+fast operations are timed in batches (median of the batch means), fsyncs and commits
+one by one, round-robin across candidates in a shuffled order (median of all
+operations), so noise from other processes hits every candidate alike. The step entries are real: the ten stages of
 bench/overhead.py's pipeline (a Step, two Reads, one Write, no decision).
 
 1. Floors: a 200-byte os.write (O_APPEND), encodings of one step entry (today's
@@ -26,6 +27,7 @@ import argparse
 import json
 import marshal
 import os
+import random
 import shutil
 import sqlite3
 import statistics
@@ -42,6 +44,7 @@ from tracemem.record import Read, Step, Write  # noqa: E402
 from tracemem.store.journal import step_entry  # noqa: E402
 from tracemem.store.log_codec import LogCodec, decode  # noqa: E402
 from tracemem.store.segment_log import SegmentLog  # noqa: E402
+from tracemem.store.writer import end_facts, run_row  # noqa: E402
 
 Entry = tuple[str, Step, list[Read], list[Write]]
 
@@ -75,41 +78,56 @@ def hand_rolled(run_id: str, s: Step, reads: list[Read], writes: list[Write]) ->
 
 
 class Bench:
-    """Candidates timed in turns: each call of `fn(i)` is one operation."""
+    """Candidates timed in turns: each call of `fn(i)` is one operation. Fast operations are
+    timed in batches, candidate after candidate; slow ones (`each=True`: fsyncs, commits) one
+    by one, round-robin, so a burst of disk traffic from elsewhere hits all of them alike."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, Callable[[int], Any], int]] = []
+        self.rows: list[tuple[str, str, Callable[[int], Any], int, bool]] = []
         self.results: dict[str, list[float]] = {}
 
-    def add(self, group: str, label: str, fn: Callable[[int], Any], ops: int) -> None:
-        self.rows.append((group, label, fn, ops))
+    def add(self, group: str, label: str, fn: Callable[[int], Any], ops: int, each: bool = False) -> None:
+        self.rows.append((group, label, fn, ops, each))
         self.results[label] = []
 
     def run(self, reps: int) -> None:
-        for _, _, fn, ops in self.rows:  # warm up
+        for _, _, fn, ops, _ in self.rows:  # warm up
             for i in range(min(ops, 20)):
                 fn(i)
-        for _ in range(reps):
-            for _, label, fn, ops in self.rows:
-                start = time.perf_counter()
-                for i in range(ops):
-                    fn(i)
-                self.results[label].append((time.perf_counter() - start) / ops * 1e6)
+        slow = [(label, fn, ops) for _, label, fn, ops, each in self.rows if each]
+        clock = time.perf_counter
+        rng = random.Random(20)
+        for rep in range(reps):
+            for _, label, fn, ops, each in self.rows:
+                if not each:
+                    start = clock()
+                    for i in range(ops):
+                        fn(i)
+                    self.results[label].append((clock() - start) / ops * 1e6)
+            for i in range(max((ops for _, _, ops in slow), default=0)):
+                rng.shuffle(slow)  # what runs before a candidate (a DuckDB commit, say) varies too
+                for label, fn, ops in slow:
+                    if i < ops:
+                        j = rep * ops + i
+                        start = clock()
+                        fn(j)
+                        self.results[label].append((clock() - start) * 1e6)
 
     def median(self, label: str) -> float:
         return statistics.median(self.results[label])
 
-    def report(self, ratios: dict[str, str]) -> None:
+    def report(self, ratios: dict[str, tuple[str, str]]) -> None:
+        """One table per group; `ratios`: group -> (label of its baseline, the baseline's short name)."""
         group = None
-        for g, label, _, ops in self.rows:
+        for g, label, _, _, _ in self.rows:
             if g != group:
                 group = g
+                base = ratios.get(g)
                 print(f"\n## {g}")
-                print(f"{'operation':<62} {'µs median':>10} {'min–max':>17} {'ratio':>16}")
+                print(f"{'operation':<64} {'µs median':>10} {'min–max':>17}  {'× ' + base[1] if base else ''}")
             vals = self.results[label]
-            base = ratios.get(g)
-            ratio = f"{self.median(label) / self.median(base):.2f}× {base.split(',')[0][:8]}" if base else ""
-            print(f"{label:<62} {self.median(label):>10.2f} {min(vals):>8.2f}–{max(vals):<8.2f} {ratio:>16}")
+            ratio = f"{self.median(label) / self.median(base[0]):.2f}" if base else ""
+            print(f"{label:<64} {self.median(label):>10.2f} {min(vals):>8.2f}–{max(vals):<8.2f}  {ratio}")
 
 
 def append_fd(path: str, flags: int = 0) -> int:
@@ -131,7 +149,7 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the files go (default: a temp dir under the cwd)")
     args = ap.parse_args()
     reps = 2 if args.quick else args.reps
-    fast_ops, sync_ops, db_ops = (300, 20, 20) if args.quick else (20000, 150, 200)
+    fast_ops, sync_ops, db_ops = (300, 20, 20) if args.quick else (20000, 300, 200)
     folder = tempfile.mkdtemp(prefix="durable-bench-", dir=args.dir or os.getcwd())
     try:
         run_bench(folder, reps, fast_ops, sync_ops, db_ops)
@@ -169,7 +187,7 @@ def run_bench(folder: str, reps: int, fast_ops: int, sync_ops: int, db_ops: int)
     b.add("floors", "os.write 200 B, O_APPEND (process-crash safe)", lambda i: os.write(fd_plain, payload200),
           fast_ops)
     b.add("floors", "crc32 of a 250 B entry", lambda i: zlib.crc32(ours[i % n]), fast_ops)
-    enc = "encode one step entry (Step, 2 Reads, 1 Write)"
+    enc = "encode a step entry"
     b.add("floors", f"{enc}: today's journal.step_entry (json)",
           lambda i: step_entry(entries[i % n][1], entries[i % n][2], entries[i % n][3], None, []).encode(), fast_ops)
     b.add("floors", f"{enc}: json.dumps of the tuples",
@@ -194,21 +212,23 @@ def run_bench(folder: str, reps: int, fast_ops: int, sync_ops: int, db_ops: int)
     fd_fsync = append_fd(p("fsync.bin"))
     files += [fd_sync, fd_fsync]
     b.add("floors", "os.write 200 B + fdatasync (power-loss safe: the fsync floor)",
-          lambda i: (os.write(fd_sync, payload200), os.fdatasync(fd_sync)), sync_ops)
-    b.add("floors", "os.write 200 B + fsync", lambda i: (os.write(fd_fsync, payload200), os.fsync(fd_fsync)), sync_ops)
+          lambda i: (os.write(fd_sync, payload200), os.fdatasync(fd_sync)), sync_ops, each=True)
+    b.add("floors", "os.write 200 B + fsync", lambda i: (os.write(fd_fsync, payload200), os.fsync(fd_fsync)),
+          sync_ops, each=True)
     cons = {s: sqlite_con(p(f"sqlite-{s}.db"), s) for s in ("NORMAL", "FULL")}
     files += list(cons.values())
     for s, con in cons.items():
         b.add("floors", f"sqlite3 WAL INSERT+commit, synchronous={s}",
               lambda i, con=con: con.execute("INSERT INTO journal VALUES (?, ?, 'step', ?)",
-                                             (run.run_id, i, ours[i % n])), fast_ops // 20 if s == "NORMAL" else sync_ops)
+                                             (run.run_id, i, ours[i % n])), fast_ops // 20 if s == "NORMAL" else sync_ops,
+              each=s == "FULL")
     for where in ("file", "memory"):
         dcon = duckdb.connect(p("duck.duckdb") if where == "file" else ":memory:")
         dcon.execute("CREATE TABLE step_journal (run_id VARCHAR, step INTEGER, kind VARCHAR, payload VARCHAR)")
         files.append(dcon)
         b.add("floors", f"DuckDB INSERT+commit ({where})",
               lambda i, dcon=dcon: dcon.execute("INSERT INTO step_journal VALUES (?, ?, 'step', ?)",
-                                                [run.run_id, i, today.decode()]), db_ops)
+                                                [run.run_id, i, today.decode()]), db_ops, each=True)
 
     # -- candidate journals, per stage (encode + record) ---------------------------------------
     def log(name: str, **kw: Any) -> SegmentLog:
@@ -228,19 +248,32 @@ def run_bench(folder: str, reps: int, fast_ops: int, sync_ops: int, db_ops: int)
     b.add(crash, "(b) sqlite3 WAL synchronous=NORMAL: LogCodec + INSERT+commit",
           lambda i: sq.execute("INSERT INTO journal VALUES (?, ?, 'step', ?)",
                                (entries[i % n][0], i, codec.step(*entries[i % n], None, []))), fast_ops // 20)
+    row, facts = run_row(run), end_facts(run)
+    seg_s = log("seg-s")
+
+    def stage_mode(i: int) -> None:
+        """What durability "stage" journals: the runs row at the start, each stage, the end facts."""
+        if i % STAGES == 0:
+            seg_s.append(codec.begin(row))
+        seg_s.append(codec.step(*entries[i % n], None, []))
+        if i % STAGES == STAGES - 1:
+            seg_s.append(codec.end(run.run_id, facts))
+    b.add(crash, f"(a) durability 'stage' run: begin + {STAGES} steps + end, per stage", stage_mode,
+          fast_ops)
+
     power = "per stage, power-loss safe"
     b.add(power, "(a) segment log, fdatasync per append", stage_into(log("seg-f", fsync=True, preallocate=False)),
-          sync_ops)
+          sync_ops, each=True)
     b.add(power, "(c) segment log, fdatasync per append, preallocated",
-          stage_into(log("seg-fp", fsync=True, preallocate=True)), sync_ops)
+          stage_into(log("seg-fp", fsync=True, preallocate=True)), sync_ops, each=True)
     sqf = sqlite_con(p("cand-full.db"), "FULL")
     files.append(sqf)
     b.add(power, "(b) sqlite3 WAL synchronous=FULL: LogCodec + INSERT+commit",
           lambda i: sqf.execute("INSERT INTO journal VALUES (?, ?, 'step', ?)",
-                                (entries[i % n][0], i, codec.step(*entries[i % n], None, []))), sync_ops)
+                                (entries[i % n][0], i, codec.step(*entries[i % n], None, []))), sync_ops,
+          each=True)
 
     per_run = f"per {STAGES}-stage run (flush_interval=0), amortised per stage"
-    row = ("run-id",) + (None,) * 16
     steps, reads, writes = run.steps, run.reads, run.writes
     seg_r = log("seg-r")
     b.add(per_run, "(a) one LogCodec.run entry + append, process-crash safe",
@@ -253,13 +286,17 @@ def run_bench(folder: str, reps: int, fast_ops: int, sync_ops: int, db_ops: int)
         if i % STAGES == STAGES - 1:
             seg_g.sync()
     b.add(per_run, "(a)+(c) an entry per stage, one fdatasync per run (group commit)", group, sync_ops * STAGES)
+    # ^ timed in batches of whole runs: one op in ten carries the fsync, so per-op medians would hide it
 
-    print(f"durable journal candidates; {reps} interleaved reps; files in {folder} "
+    print(f"durable journal candidates (entry = Step + 2 Reads + 1 Write, no decision); {reps} interleaved reps; "
+          f"files in {folder} "
           f"({os.statvfs(folder).f_bsize} B blocks); orjson {'yes' if orjson else 'no'}; "
           f"step entry {len(ours[3])} B (LogCodec), {len(today)} B (today's json)")
     b.run(reps)
     floor = "os.write 200 B + fdatasync (power-loss safe: the fsync floor)"
-    b.report({power: floor, per_run: "(a) segment log: LogCodec + append"})
+    write = "os.write 200 B, O_APPEND (process-crash safe)"
+    b.report({"floors": (write, "os.write"), crash: (write, "os.write"), power: (floor, "fsync floor"),
+              per_run: (write, "os.write")})
     print(f"\nfsync floor (append + fdatasync): {b.median(floor):.1f} µs; "
           f"per-stage fdatasync with the segment log: "
           f"{b.median('(a) segment log, fdatasync per append') / b.median(floor):.2f}× the floor appended, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+from datetime import datetime
 
 import pytest
 from hypothesis import given, settings
@@ -60,6 +61,8 @@ def test_unencodable_fields_are_refused_by_name() -> None:
     for fast in [False] + ([True] if HAS_ORJSON else []):
         with pytest.raises(CodecError, match="step entry of run run-1.*set is not a journal field type"):
             LogCodec(fast).step("run-1", STEP._replace(error={1, 2}), [], [], None, [])
+        with pytest.raises(CodecError, match="end entry of run run-1.*datetime is not a journal field type"):
+            LogCodec(fast).end("run-1", {"ended_at": datetime.now()})
 
 
 def test_free_form_values_are_written_as_the_store_writes_them() -> None:
@@ -74,20 +77,22 @@ def test_free_form_values_are_written_as_the_store_writes_them() -> None:
     (b"", "not JSON"),
     (b"\xff\xfe", "not JSON"),
     (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
-    (b'{"a": 1}', "a list of 6 or 7 items"),
-    (b'[2,"step","r",[],[],[]]', "version 2"),
-    (b'[true,"step","r",[],[],[]]', "version True"),
-    (b'[1,"exec","r",[],[],[]]', "kind should be"),
-    (b'[1,"step",7,[],[],[]]', "run_id should be str"),
-    (b'[1,"step","r",[[1]],[],[]]', r"steps\[0\] should be a list of 12 fields"),
-    (b'[1,"step","r",[],[[1,2,"p",null,"x"]],[]]', r"reads\[0\]\[4\] should be int or null"),
-    (b'[1,"step","r",[],[],[[1,true,"p","set",null]]]', r"writes\[0\]\[1\] should be int"),
-    (b'[1,"step","r",[[1,"s","s","stage",0,"ok",null,1,2,null,null,[3]]],[],[]]', r"steps\[0\]\[11\]"),
-    (b'[1,"step","r",[],[],[],{"code":"x"}]', "extra should be"),
-    (b'[1,"step","r",[],[],[],{"rows":[["t",[1]]]}]', r"extra.rows\[0\]"),
-    (b'[1,"step","r",[],[],[],{"decisions":[["1","x",null]]}]', r"extra.decisions\[0\]"),
-    (b'[1,"begin","r",[],[],[],{"run":[{"x":1}]}]', "extra.run"),
-    (b'[1,"end","r",[],[],[],{"end":{"status":["x"]}}]', "extra.end"),
+    (b'{"a": 1}', "a list of 8 or 9 items"),
+    (b'[1,"step","r",[],[],[]]', "a list of 8 or 9 items"),
+    (b'[2,"step","r",[],[],[],null,null]', "version 2"),
+    (b'[true,"step","r",[],[],[],null,null]', "version True"),
+    (b'[1,"exec","r",[],[],[],null,null]', "kind should be"),
+    (b'[1,"step",7,[],[],[],null,null]', "run_id should be str"),
+    (b'[1,"step","r",[[1]],[],[],null,null]', r"steps\[0\] should be a list of 12 fields"),
+    (b'[1,"step","r",[],[[1,2,"p",null,"x"]],[],null,null]', r"reads\[0\]\[4\] should be int or null"),
+    (b'[1,"step","r",[],[],[[1,true,"p","set",null]],null,null]', r"writes\[0\]\[1\] should be int"),
+    (b'[1,"step","r",[[1,"s","s","stage",0,"ok",null,1,2,null,null,[3]]],[],[],null,null]', r"steps\[0\]\[11\]"),
+    (b'[1,"step","r",[],[],[],null,null,{"code":"x"}]', "free should be"),
+    (b'[1,"step","r",[],[],[],null,null,{"rows":[["t",[1]]]}]', r"free.rows\[0\]"),
+    (b'[1,"step","r",[],[],[],null,null,{"decisions":[["1","x",null]]}]', r"free.decisions\[0\]"),
+    (b'[1,"begin","r",[],[],[],[{"x":1}],null]', "run should be null or a list of scalars"),
+    (b'[1,"begin","r",[],[],[],{"x":1},null]', "run should be"),
+    (b'[1,"end","r",[],[],[],null,{"status":["x"]}]', "end should be null or a dict of scalars"),
 ])
 def test_bad_entries_raise_codec_error_naming_the_field(data: bytes, match: str) -> None:
     with pytest.raises(CodecError, match=match):

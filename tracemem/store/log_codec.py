@@ -5,17 +5,18 @@ the hot path beside one write(); `json.dumps` of a step entry costs 3–4 µs he
 the write. An entry is a compact JSON array, so it stays readable with any JSON tool and
 decodes with the standard library:
 
-    [1, kind, run_id, steps, reads, writes]            + `, extra` when there is any
+    [1, kind, run_id, steps, reads, writes, run, end]      + `, free` when there is any
 
 - kind: "begin" (a run started: its runs row), "step" (a finished stage), "end" (a run
   ended: its end facts), "run" (a whole run at once, for `flush_interval=0`).
-- steps, reads, writes: `Step`/`Read`/`Write` field lists (ints, strings, nulls only).
-  These go through orjson when it is installed (0.6 µs), else the standard library's C
-  encoder (2.5 µs); both write the same JSON.
-- extra: an object with "run" (the runs row), "end" (end facts), "decisions" and "rows"
-  (a stage's extra table rows; "_"-prefixed telemetry rows are not journaled). Free-form
-  values (decision evidence, row values) are encoded by the standard library with
-  `default=str`, as the store writes them, so the bytes never depend on orjson.
+- steps, reads, writes: `Step`/`Read`/`Write` field lists; run: the runs row or null;
+  end: the end facts or null. These hold only ints, floats, strings and nulls, and go
+  through orjson when it is installed (0.5 µs), else the standard library's C encoder
+  (2.5 µs); both write the same JSON. Anything else is refused with a `CodecError`.
+- free: an object with "decisions" and "rows" (a stage's extra table rows;
+  "_"-prefixed telemetry rows are not journaled). Free-form values (decision evidence,
+  row values) are encoded by the standard library with `default=str`, as the store
+  writes them, so the bytes never depend on orjson.
 
 `decode` never executes or imports anything (no pickle, no marshal): it parses JSON and
 checks every field's type, raising `CodecError` that names the field on anything else, so
@@ -77,28 +78,26 @@ def _orjson_dumps() -> Optional[Callable[[Any], bytes]]:
         return None
     dumps, fallback = orjson.dumps, _stdlib_dumps()
 
+    options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # refused, as by the stdlib
+
     def fast(value: Any) -> bytes:
         try:
-            return dumps(value, default=_plain_tuple)
+            return dumps(value, default=_plain_tuple, option=options)
         except TypeError:  # lone surrogates, ints beyond 64 bits: the standard library writes those
             return fallback(value)
     return fast
 
 
-def _extra_of(decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def _free_json(decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> Optional[bytes]:
     """The free-form part: decisions (with their evidence) and extra table rows, telemetry rows left out."""
-    extra: dict[str, Any] = {}
+    free: dict[str, Any] = {}
     kept_decisions = [tuple(d) for d in decisions]
     if kept_decisions:
-        extra["decisions"] = kept_decisions
+        free["decisions"] = kept_decisions
     kept_rows = [(t, r) for t, r in rows if not t.startswith("_")]
     if kept_rows:
-        extra["rows"] = kept_rows
-    return extra
-
-
-def _extra_json(extra: dict[str, Any]) -> bytes:
-    return json.dumps(extra, default=str, separators=(",", ":")).encode()
+        free["rows"] = kept_rows
+    return json.dumps(free, default=str, separators=(",", ":")).encode() if free else None
 
 
 class LogCodec:
@@ -111,37 +110,34 @@ class LogCodec:
         self.fast = dumps is not None
         self._dumps: Callable[[Any], bytes] = dumps or _stdlib_dumps()
 
-    def _entry(self, kind: str, run_id: str, steps: Sequence[Step], reads: Sequence[Read],
-               writes: Sequence[Write], extra: Optional[dict[str, Any]]) -> bytes:
+    def _entry(self, kind: str, run_id: str, steps: Sequence[Step] = (), reads: Sequence[Read] = (),
+               writes: Sequence[Write] = (), run: Optional[Sequence[Any]] = None,
+               end: Optional[dict[str, Any]] = None, free: Optional[bytes] = None) -> bytes:
         try:
-            head = self._dumps((VERSION, kind, run_id, steps, reads, writes))
-            if not extra:
-                return head
-            return b"%s,%s]" % (head[:-1], _extra_json(extra))
+            head = self._dumps((VERSION, kind, run_id, steps, reads, writes, run, end))
         except (TypeError, ValueError) as e:
-            raise CodecError(f"cannot journal the {kind} entry of run {run_id}: {e}; steps, reads and "
-                             f"writes hold only ints, strings and None") from e
+            raise CodecError(f"cannot journal the {kind} entry of run {run_id}: {e}; steps, reads, writes, "
+                             f"the runs row and end facts hold only ints, floats, strings and None") from e
+        return head if free is None else b"%s,%s]" % (head[:-1], free)
 
     def step(self, run_id: str, step: Step, reads: Sequence[Read], writes: Sequence[Write],
              decision: Optional[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
         """A finished stage: what `Sink.step_done` receives."""
-        extra = None
-        if decision is not None or rows:
-            extra = _extra_of([decision] if decision is not None else (), rows)
-        return self._entry("step", run_id, (step,), reads, writes, extra)
+        free = _free_json([decision] if decision is not None else (), rows) if decision or rows else None
+        return self._entry("step", run_id, (step,), reads, writes, free=free)
 
     def begin(self, run_row: Sequence[Any]) -> bytes:
         """A run started (durability "stage"): its runs row; its first field is the run id."""
-        return self._entry("begin", run_row[0], (), (), (), {"run": list(run_row)})
+        return self._entry("begin", run_row[0], run=run_row)
 
     def end(self, run_id: str, facts: dict[str, Any]) -> bytes:
         """A run ended: the facts its runs row learns (status, error, ended_at, output, ...)."""
-        return self._entry("end", run_id, (), (), (), {"end": facts})
+        return self._entry("end", run_id, end=facts)
 
     def run(self, run_row: Sequence[Any], steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
             decisions: Sequence[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
         """A whole finished run in one entry (`flush_interval=0`)."""
-        return self._entry("run", run_row[0], steps, reads, writes, {"run": list(run_row), **_extra_of(decisions, rows)})
+        return self._entry("run", run_row[0], steps, reads, writes, run_row, free=_free_json(decisions, rows))
 
 
 # -- decoding: parse, then check every field -------------------------------------------------
@@ -150,7 +146,7 @@ _OPT = object()  # marks "or None" in a field spec
 STEP_SPEC = (int, str, str, str, int, str, (str, _OPT), int, int, (int, _OPT), (str, _OPT), list)
 READ_SPEC = (int, int, str, (int, _OPT), (int, _OPT))
 WRITE_SPEC = (int, int, str, str, (str, _OPT))
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = (str, int, float, bool, type(None))  # exact types: a JSON parser makes nothing else
 
 
 def _fail(where: str, want: str, got: Any) -> CodecError:
@@ -171,22 +167,24 @@ def _fields(items: Any, spec: tuple, where: str) -> list[list[Any]]:
     return items
 
 
-def _extra(value: Any) -> dict[str, Any]:
-    if type(value) is not dict or not set(value) <= {"run", "end", "decisions", "rows"}:
-        raise _fail("extra", 'an object with keys "run", "end", "decisions", "rows"', value)
-    run = value.get("run")
-    if run is not None and (type(run) is not list or not run or type(run[0]) is not str
-                            or not all(isinstance(v, _SCALARS) for v in run)):
-        raise _fail("extra.run", "a runs row of scalars starting with the run id", run)
-    if "end" in value and (type(value["end"]) is not dict or not all(isinstance(v, _SCALARS)
-                                                                     for v in value["end"].values())):
-        raise _fail("extra.end", "an object of scalars", value["end"])
+def _scalars(value: Any, where: str, container: type) -> Any:
+    if value is None:
+        return None
+    if type(value) is not container or not all(type(v) in _SCALARS
+                                               for v in (value if container is list else value.values())):
+        raise _fail(where, f"null or a {container.__name__} of scalars", value)
+    return value
+
+
+def _free(value: Any) -> dict[str, Any]:
+    if type(value) is not dict or not set(value) <= {"decisions", "rows"}:
+        raise _fail("free", 'an object with keys "decisions", "rows"', value)
     for i, d in enumerate(value.get("decisions", [])):
         if type(d) is not list or len(d) != 3 or type(d[0]) is not int or type(d[1]) is not str:
-            raise _fail(f"extra.decisions[{i}]", "[step, chosen, evidence]", d)
+            raise _fail(f"free.decisions[{i}]", "[step, chosen, evidence]", d)
     for i, r in enumerate(value.get("rows", [])):
         if type(r) is not list or len(r) != 2 or type(r[0]) is not str or type(r[1]) is not dict:
-            raise _fail(f"extra.rows[{i}]", "[table, row object]", r)
+            raise _fail(f"free.rows[{i}]", "[table, row object]", r)
     return value
 
 
@@ -196,8 +194,8 @@ def decode(data: bytes) -> Entry:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:
         raise CodecError(f"corrupt journal entry: not JSON ({e})") from None
-    if type(doc) is not list or len(doc) not in (6, 7):
-        raise _fail("the entry", "a list of 6 or 7 items", doc)
+    if type(doc) is not list or len(doc) not in (8, 9):
+        raise _fail("the entry", "a list of 8 or 9 items", doc)
     if doc[0] != VERSION or type(doc[0]) is not int:
         raise CodecError(f"journal entry version {doc[0]!r:.20}; this tracemem reads version {VERSION}")
     if doc[1] not in KINDS:
@@ -208,13 +206,13 @@ def decode(data: bytes) -> Entry:
     for i, s in enumerate(steps):
         if not all(type(line) is str for line in s[11]):
             raise _fail(f"steps[{i}][11]", "a list of log lines", s[11])
-    extra = _extra(doc[6]) if len(doc) == 7 else {}
-    run = extra.get("run")
+    run = _scalars(doc[6], "run", list)
+    free = _free(doc[8]) if len(doc) == 9 else {}
     return Entry(doc[1], doc[2],
                  [Step(*s[:11], tuple(s[11])) for s in steps],
                  [Read(*r) for r in _fields(doc[4], READ_SPEC, "reads")],
                  [Write(*w) for w in _fields(doc[5], WRITE_SPEC, "writes")],
-                 [Decision(*d) for d in extra.get("decisions", [])],
-                 [(t, r) for t, r in extra.get("rows", [])],
+                 [Decision(*d) for d in free.get("decisions", [])],
+                 [(t, r) for t, r in free.get("rows", [])],
                  tuple(run) if run is not None else None,
-                 extra.get("end"))
+                 _scalars(doc[7], "end", dict))
