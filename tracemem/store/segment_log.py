@@ -7,17 +7,22 @@ log into its tables later, in columnar batches, and replays it on the next open.
 
 What each level survives:
 
-- `append()` returns once the record is in the kernel's page cache (one write call,
-  whole record or nothing visible to a reader of this log). It survives the process
-  dying in any way (SIGKILL, OOM killer, segfault, `os._exit`); it does not survive
-  power loss or a kernel crash, which lose what the kernel had not yet written back.
+- `append()` returns once the record is in the kernel's page cache (one `pwrite`).
+  It survives the process dying in any way (SIGKILL, OOM killer, segfault,
+  `os._exit`); a record the process died in the middle of writing is a torn tail,
+  which the checksum catches. It does not survive power loss or a kernel crash,
+  which lose what the kernel had not yet written back (unsynced records vanish or
+  leave a torn tail; the records before them stay readable).
 - `sync()` (fdatasync) makes every record appended before it power-loss safe.
   Threads calling it at once share one fdatasync (group commit): a caller whose
   records an earlier or running sync already covers returns without a new one.
   `SegmentLog(..., fsync=True)` syncs inside every `append()`.
 
 On disk, a directory (`journal_dir("agent.duckdb")` is `agent.duckdb.journal/`) of
-segments, a checkpoint marker and a lock file; `log_format` describes the bytes.
+segments (16 MiB by default; a new one starts when a record does not fit), a
+checkpoint marker and a lock file; `log_format` describes the bytes. Any number of
+threads of the one writing process may append at once: a lock orders the writes,
+and each record is one write at an offset it owns.
 
 Recovery protocol (idempotent, so a crash during recovery is safe):
 
@@ -63,6 +68,8 @@ class JournalLockedError(JournalError):
 
 
 class LogRead(NamedTuple):
+    """What `SegmentLog.read` found."""
+
     records: list[Record]
     damage: list[Damage]
     upto: int  # pass to checkpoint() once `records` are applied: it also releases damaged segments
