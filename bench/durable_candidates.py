@@ -301,6 +301,19 @@ def run_bench(folder: str, reps: int, fast_ops: int, sync_ops: int, db_ops: int)
           f"per-stage fdatasync with the segment log: "
           f"{b.median('(a) segment log, fdatasync per append') / b.median(floor):.2f}× the floor appended, "
           f"{b.median('(c) segment log, fdatasync per append, preallocated') / b.median(floor):.2f}× preallocated")
+
+    # The same three alone: no sqlite or DuckDB commits between them dirtying the file system's journal.
+    alone = Bench()
+    fd_alone = append_fd(p("floor-alone.bin"))
+    files.append(fd_alone)
+    alone.add("fsync alone", "os.write 200 B + fdatasync (the fsync floor)",
+              lambda i: (os.write(fd_alone, payload200), os.fdatasync(fd_alone)), sync_ops, each=True)
+    alone.add("fsync alone", "(a) segment log, fdatasync per append",
+              stage_into(log("alone-f", fsync=True, preallocate=False)), sync_ops, each=True)
+    alone.add("fsync alone", "(c) segment log, fdatasync per append, preallocated",
+              stage_into(log("alone-fp", fsync=True, preallocate=True)), sync_ops, each=True)
+    alone.run(reps)
+    alone.report({"fsync alone": ("os.write 200 B + fdatasync (the fsync floor)", "fsync floor")})
     for f in files:
         if isinstance(f, int):
             os.close(f)

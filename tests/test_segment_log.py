@@ -169,24 +169,21 @@ def test_concurrent_appends_from_threads(tmp_path: Path, prealloc: bool) -> None
     assert seen == {t: list(range(per)) for t in range(threads)}  # each thread's records, in its order
 
 
-def test_group_commit_shares_fdatasyncs(tmp_path: Path) -> None:
-    with SegmentLog(tmp_path / "j", fsync=True) as log:
-        calls = []
-        real = os.fdatasync
+def test_group_commit_shares_fdatasyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = os.fdatasync
 
-        def counting(fd: int) -> None:
-            calls.append(fd)
-            time.sleep(0.002)  # a slow disk, so that appenders pile up behind a running sync
-            real(fd)
-        os.fdatasync = counting
-        try:
-            pool = [threading.Thread(target=lambda: [log.append(b"x" * 100) for _ in range(20)]) for _ in range(8)]
-            for th in pool:
-                th.start()
-            for th in pool:
-                th.join()
-        finally:
-            os.fdatasync = real
+    def slow_disk(fd: int) -> None:
+        calls.append(fd)
+        time.sleep(0.002)  # so that appenders pile up behind a running sync
+        real(fd)
+    with SegmentLog(tmp_path / "j", fsync=True) as log:
+        monkeypatch.setattr(os, "fdatasync", slow_disk)
+        pool = [threading.Thread(target=lambda: [log.append(b"x" * 100) for _ in range(20)]) for _ in range(8)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
         assert len(log.read().records) == 160
         assert 0 < len(calls) < 160  # every append returned synced, with fewer fdatasyncs than appends
         assert log.sync() == log.end
