@@ -240,12 +240,14 @@ def test_segment_with_a_bad_header_is_skipped(tmp_path: Path) -> None:
         assert not first.exists()
 
 
-def test_an_empty_segment_left_by_a_crash_is_reused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("left", [b"", bytes(4096)], ids=["empty", "preallocated-zeros"])
+def test_a_segment_left_headerless_by_a_crash_is_reused(tmp_path: Path, left: bytes) -> None:
     path = tmp_path / "j"
     with SegmentLog(path) as log:
         end = log.append(b"one")
-    (path / f"{end:016x}.seg").write_bytes(b"")  # created, then killed before its header
+    (path / f"{end:016x}.seg").write_bytes(left)  # created (maybe preallocated), killed before its header
     with SegmentLog(path) as log:
+        assert log.opening_damage == []
         assert [r.data for r in log.read().records] == [b"one"]
         log.append(b"two")
         assert [r.data for r in log.read().records] == [b"one", b"two"]

@@ -160,7 +160,8 @@ class SegmentLog:
             self._create(self.applied)
             return
         last = self._segments[-1]
-        if last.path.stat().st_size == 0:  # died while creating it: it never held anything
+        raw = last.path.read_bytes()
+        if raw.count(0) == len(raw):  # died while creating it (before its header): it never held anything
             last.path.unlink()
             self._segments.pop()
             self._create(max(last.start, self.applied))
