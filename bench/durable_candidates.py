@@ -44,7 +44,7 @@ from tracemem.record import Read, Step, Write  # noqa: E402
 from tracemem.store.journal import step_entry  # noqa: E402
 from tracemem.store.log_codec import LogCodec, decode  # noqa: E402
 from tracemem.store.segment_log import SegmentLog  # noqa: E402
-from tracemem.store.writer import end_facts, run_row  # noqa: E402
+from tracemem.store.batch import end_facts, run_row  # noqa: E402
 
 Entry = tuple[str, Step, list[Read], list[Write]]
 
