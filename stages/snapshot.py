@@ -62,23 +62,30 @@ def project(run: Run, projection: str, answer_path: str, max_writes: int = 30) -
 
 def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, top_k: int,
                    min_score: float) -> list[tuple[str, str, float]]:
-    """The top_k most similar past runs that ended ok: a failed or interrupted run answered nothing."""
+    """The top_k most similar past runs that ended ok and are not suspect: a failed or interrupted run
+    answered nothing, and a suspect one (marked wrong, or resting on a since-flagged memory or on a
+    suspect past run) must not teach its answer again."""
     k = top_k
     while True:
-        found = store.similar_runs(ctx.run.pipeline, question, embedder=embedder, top_k=k, min_score=min_score,
+        found = store.similar_runs(ctx.pipeline, question, embedder=embedder, top_k=k, min_score=min_score,
                                    exclude=(ctx.run_id,))
         ids = [run_id for run_id, _, _ in found]
         status = dict(store.sql("SELECT run_id, status FROM runs WHERE list_contains(?, run_id)",
                                 [ids]).fetchall()) if ids else {}
-        hits = [h for h in found if status.get(h[0]) == "ok"]
+        suspect = store.suspect(ids)
+        hits = [h for h in found if status.get(h[0]) == "ok" and h[0] not in suspect]
         if len(hits) >= top_k or len(found) < k:  # enough, or no more candidates above min_score
             break
         k *= 2
     chosen = hits[:top_k]
     last = chosen[-1][2] if len(chosen) == top_k else -1.0
     for run_id, _, score in found:  # say which better-scored runs were passed over, and why
-        if status.get(run_id) != "ok" and score >= last:
+        if score < last:
+            continue
+        if status.get(run_id) != "ok":
             ctx.log(f"load_snapshot: skipped past run {run_id} (status {status.get(run_id)}, similarity {score:.2f})")
+        elif run_id in suspect:
+            ctx.log(f"load_snapshot: skipped suspect past run {run_id} ({suspect[run_id]}; similarity {score:.2f})")
     return chosen
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 from ..dbmeta import first_row
 from ..errors import UsageError
 from ..times import utc_naive
-from .tables import ALL_TABLES, RUN_TABLES
+from .tables import ALL_TABLES, RUN_TABLES, VIEWS
 
 
 @dataclass
@@ -87,12 +87,14 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
 
 
 def export(con: Any, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
+    """Every table (and the derived views) as `directory/<name>.parquet`; rows per name."""
     os.makedirs(directory, exist_ok=True)
     counts: dict[str, int] = {}
-    for i, table in enumerate(ALL_TABLES):
+    everything = ALL_TABLES + VIEWS
+    for i, table in enumerate(everything):
         target = os.path.join(directory, f"{table}.parquet").replace("'", "''")
         con.execute(f"COPY (SELECT * FROM {table}) TO '{target}' (FORMAT parquet)")
         counts[table] = first_row(con.execute(f"SELECT count(*) FROM {table}"))[0]
         if progress:
-            progress(i + 1, len(ALL_TABLES))
+            progress(i + 1, len(everything))
     return counts

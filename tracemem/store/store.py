@@ -19,7 +19,7 @@ import sys
 import threading
 import weakref
 from datetime import datetime
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import duckdb
 from pydantic import BaseModel
@@ -31,10 +31,15 @@ from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..times import utc_naive
+from .affected import AffectedReport, affected
+from .blame import BlameReport, blame
+from .feedback import Feedback
+from .feedback import record as record_feedback
 from .load import load_run, thread
 from .opening import connect, recover_dead_runs
 from .retention import PruneReport, export, prune
 from .snapshots import SnapshotIndex
+from .suspect import suspect_reasons
 from .tables import open_schema
 from .user_sql import UserSQL
 from .writer import StoreSink, Writer
@@ -106,8 +111,7 @@ class Store:
     # -- writing ------------------------------------------------------------------
     def sink(self, durability: Optional[str] = None) -> StoreSink:
         """What the runner records a run through (`flow.run(..., store=store)`)."""
-        if self.read_only:
-            raise TracememError(f"{self.path} is open read-only; open Store('{self.path}') to record runs")
+        self._writable("record runs")
         return self.writer.sink(durability or self.durability)
 
     def flush(self) -> None:
@@ -206,6 +210,47 @@ class Store:
     def backtrack(self, run_id: str, path: str, **kwargs: Any) -> Any:
         """`store.run(run_id).backtrack(path)`."""
         return self.run(run_id).backtrack(path, **kwargs)
+
+    # -- accountability -------------------------------------------------------------
+    def feedback(self, run_id: str, verdict: str, *, path: str = "answer", score: Optional[float] = None,
+                 note: Optional[str] = None, by: Optional[str] = None) -> Feedback:
+        """Record a judgement of run `run_id`'s value at `path`: "wrong", "right", or "score" with
+        `score` from 0 to 1. Every judgement is kept; `feedback` is the table."""
+        self._writable("record feedback")
+        self.flush()
+        with self.lock:
+            return record_feedback(self.con, run_id, verdict, path=path, score=score, note=note, by=by)
+
+    def affected(self, source: Any) -> AffectedReport:
+        """Every run and value that depended on `source` (a memory id, a run id, or `kind:id` for a
+        prompt-section source, model, stage, tool or pipeline version), transitively, from the record."""
+        self.flush()
+        with self.lock:
+            return affected(self._cursor(), source)
+
+    def blame(self, *, path: str = "answer", where: Optional[dict[str, Any]] = None,
+              since: Optional[datetime] = None, until: Optional[datetime] = None, limit: int = 20) -> BlameReport:
+        """Sources ranked by how strongly they go with answers judged wrong (Ochiai; statistical)."""
+        self.flush()
+        with self.lock:
+            return blame(self._cursor(), path=path, where=where, since=since, until=until, limit=limit,
+                         tool_sources="tool_calls" in self.tables())
+
+    def suspect(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """Why each of `run_ids` is suspect (marked wrong, or resting on a since-flagged memory or a
+        suspect past run); runs that are not are left out. See the `suspect_runs` view."""
+        self.flush()
+        with self.lock:
+            return suspect_reasons(self._cursor(), run_ids)
+
+    def tables(self) -> set[str]:
+        """The names of the tables (and views) in the store."""
+        return {r[0] for r in self._cursor().execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise TracememError(f"{self.path} is open read-only; open Store('{self.path}') to {what}")
 
     # -- retention ------------------------------------------------------------------
     def prune(self, *, older_than: Optional[datetime] = None, keep_last: Optional[int] = None,

@@ -12,8 +12,10 @@ import duckdb
 from ..dbmeta import META_DDL, get_meta, set_meta
 from ..errors import TracememError
 from ..memory.tables import MEMORY_DDL
+from .feedback import FEEDBACK_DDL
+from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -67,23 +69,25 @@ V3_MIGRATION: list[str] = [
        WHERE kind = 'subflow'""",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION}
+# Version 4: judgements on recorded values, and the runs they (or flagged memories) make suspect.
+V4_MIGRATION: list[str] = [FEEDBACK_DDL, SUSPECT_VIEW_DDL]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
-              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows")
+              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback")
 ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
+VIEWS = ("suspect_runs",)  # derived from the tables, never stored
 
 
 def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> None:
     """Create a fresh store at `version` (older versions exist for migration tests)."""
     con.execute(META_DDL)
-    for ddl in V1_DDL:
+    for ddl in V1_DDL + MEMORY_DDL:
         con.execute(ddl)
     for v in range(2, version + 1):
         for ddl in MIGRATIONS[v]:
             con.execute(ddl)
-    for ddl in MEMORY_DDL:
-        con.execute(ddl)
     set_meta(con, "format", FORMAT)
     set_meta(con, "schema_version", str(version))
 
@@ -117,12 +121,12 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
                 f"open it once without read_only (e.g. `tracemem runs --db {path} --write`)")
         con.execute("BEGIN TRANSACTION")
         try:
+            for ddl in MEMORY_DDL:
+                con.execute(ddl)
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 for ddl in MIGRATIONS[v]:
                     con.execute(ddl)
                 log(f"migrated {path} to schema v{v}")
-            for ddl in MEMORY_DDL:
-                con.execute(ddl)
             set_meta(con, "schema_version", str(SCHEMA_VERSION))
             con.execute("COMMIT")
         except Exception as err:
