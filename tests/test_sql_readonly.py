@@ -190,7 +190,9 @@ def test_every_table_and_join_still_answers(store, demo):
         "GROUP BY ALL ORDER BY ALL",
         "SELECT e.event, count(*) FROM memory_events e JOIN memories USING (memory_id) GROUP BY ALL ORDER BY ALL",
         "SELECT d.chosen, rd.path FROM decisions d JOIN reads rd USING (run_id, step) ORDER BY ALL",
-        "SELECT s.run_id, e.embedder_id FROM snapshot_uses s JOIN run_embeddings e ON e.run_id = s.source_run_id",
+        "SELECT s.run_id, e.embedder_id FROM run_embeddings e LEFT JOIN snapshot_uses s ON e.run_id = s.source_run_id "
+        "ORDER BY ALL",
+        "SELECT s.run_id, s.reason, r.status FROM suspect_runs s JOIN runs r USING (run_id) ORDER BY ALL",  # a view
     ]
     try:
         for query in joins:
