@@ -245,18 +245,19 @@ class OpenAICompatibleModel:
 
     def _transport_error(self, err: TransportError, partial: Optional[Reply] = None) -> ModelError:
         """A ModelError for a failure of the exchange itself (never retried)."""
+        kept = "; the partial reply is on this error's .partial" if partial is not None else ""
         if isinstance(err, TransportTimeout):
-            return self._wire.error(f"no complete reply from {self.url} within timeout={self.timeout}s; raise timeout= "
-                                    "or check the server is up and not overloaded", "timeout", partial=partial)
+            return self._wire.error(f"no complete reply from {self.url} within timeout={self.timeout}s{kept}; raise "
+                                    "timeout= or check the server is up and not overloaded", "timeout", partial=partial)
         if isinstance(err, TransportTooLarge):
             return self._wire.error(f"reply from {self.url} is larger than max_reply_bytes={self.max_reply_bytes} "
-                                    f"allows ({err}); raise max_reply_bytes= or ask for a shorter reply",
+                                    f"allows ({err}){kept}; raise max_reply_bytes= or ask for a shorter reply",
                                     "too_large", partial=partial)
         if isinstance(err, TransportRedirectError):
             return self._wire.error(f"request to {self.url} was {err}; set base_url to the final address",
                                     "redirect")
-        return self._wire.error(f"the connection to {self.url} broke mid-reply ({err}); retry the call", "cut_off",
-                                partial=partial)
+        return self._wire.error(f"the connection to {self.url} broke mid-reply ({err}){kept}; retry the call",
+                                "cut_off", partial=partial)
 
     # -- reading a stream -----------------------------------------------------------------
 

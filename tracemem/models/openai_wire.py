@@ -113,8 +113,9 @@ def reply_size(text: str, calls: Sequence[ToolCall]) -> int:
 
 
 def too_large(ctx: WireContext, size: int, partial: Optional[Reply] = None) -> ModelError:
+    kept = "; the partial reply is on this error's .partial" if partial is not None else ""
     return ctx.error(f"reply from {ctx.url} is larger than max_reply_bytes={ctx.max_reply_bytes} "
-                     f"({size} bytes so far); raise max_reply_bytes= or ask for a shorter reply (max_tokens)",
+                     f"({size} bytes so far){kept}; raise max_reply_bytes= or ask for a shorter reply (max_tokens)",
                      "too_large", partial=partial)
 
 

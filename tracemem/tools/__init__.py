@@ -11,9 +11,9 @@ the run goes on. Modules: ``tool`` (Tool), ``toolset`` (ToolSet, ToolOutcome),
 from .docstrings import parse_docstring
 from .errors import ToolArgumentsError, ToolDefinitionError, ToolError, UnknownToolError
 from .tool import Arguments, Tool, tool
-from .toolset import MAX_RESULT_CHARS, OutcomeError, ToolOutcome, ToolSet, cap_text, render_result
+from .toolset import MAX_ERROR_CHARS, MAX_RESULT_CHARS, OutcomeError, ToolOutcome, ToolSet, cap_text, render_result
 
 __all__ = sorted([
-    "Arguments", "MAX_RESULT_CHARS", "OutcomeError", "Tool", "ToolArgumentsError", "ToolDefinitionError", "ToolError",
+    "Arguments", "MAX_ERROR_CHARS", "MAX_RESULT_CHARS", "OutcomeError", "Tool", "ToolArgumentsError", "ToolDefinitionError", "ToolError",
     "ToolOutcome", "ToolSet", "UnknownToolError", "cap_text", "parse_docstring", "render_result", "tool",
 ])

@@ -24,6 +24,9 @@ from .tool import Tool
 MAX_RESULT_CHARS = 20_000
 """Default cap on the text one tool result sends back to the model (about 5k tokens)."""
 
+MAX_ERROR_CHARS = 2_000
+"""Cap on an error stated back to the model (whatever ``max_result_chars`` is): enough to say what went wrong."""
+
 OutcomeError = Literal["unknown_tool", "bad_arguments", "raised", "setup"]
 
 
@@ -83,6 +86,9 @@ class ToolOutcome:
 
 class ToolSet:
     """The tools a model may call, by name; ``run(call)`` / ``await arun(call)`` give a ``ToolOutcome``.
+
+    A result's text is capped at ``max_result_chars`` (default ``MAX_RESULT_CHARS``), an
+    error's at ``MAX_ERROR_CHARS``; the cut is stated in the text and on the outcome.
 
     Pass it as ``tools=`` to a model (it iterates as its tools). ``injected`` values given
     to ``run``/``arun`` go to the tools that declared them with ``inject=``.
@@ -157,7 +163,7 @@ class ToolSet:
         return one, one.bind(arguments, injected)
 
     def _finish(self, call: ToolCall, text: str, started: int, clock: float, **fields: Any) -> ToolOutcome:
-        content, truncated = cap_text(text, self.max_result_chars)
+        content, truncated = cap_text(text, MAX_ERROR_CHARS if fields.get("error") else self.max_result_chars)
         return ToolOutcome(call.id, call.name, call.arguments, call.arguments_text, content, truncated=truncated,
                            original_chars=len(text), started_at=started,
                            duration_ms=(time.perf_counter() - clock) * 1000, **fields)
