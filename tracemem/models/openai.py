@@ -148,10 +148,11 @@ class OpenAICompatibleModel:
         """``stream`` for async code: the HTTP read runs in a worker thread, events come to the loop."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        finished: asyncio.Future[None] = loop.create_future()
         holder: dict[str, Response] = {}
         stop = threading.Event()
 
-        def pump() -> None:
+        def pump() -> None:  # its own thread: a long stream must not hold a slot of the shared executor
             try:
                 body = request_body(self.model, messages, schema=schema, tools=tools, tool_choice=tool_choice,
                                     stream=True, stream_usage=self.stream_usage, extra_body=self.extra_body)
@@ -160,12 +161,13 @@ class OpenAICompatibleModel:
                     if stop.is_set():
                         return
                     loop.call_soon_threadsafe(queue.put_nowait, ("event", event))
+                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
             except BaseException as err:  # handed to the awaiting side, which re-raises it
                 loop.call_soon_threadsafe(queue.put_nowait, ("error", err))
-            else:
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+            finally:
+                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
 
-        worker = loop.run_in_executor(None, pump)
+        threading.Thread(target=pump, name="tracemem-astream", daemon=True).start()
         try:
             while True:
                 kind, value = await queue.get()
@@ -178,8 +180,7 @@ class OpenAICompatibleModel:
             stop.set()
             if "response" in holder:
                 holder["response"].abort()
-            if not worker.done():
-                await asyncio.wait([worker])
+            await finished
 
     # -- sending, with retries ------------------------------------------------------------
 
