@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -78,6 +79,31 @@ def test_a_server_trickling_its_reply_cannot_outlast_the_timeout(server):
     assert info.value.kind == "timeout" and "timeout=0.5" in str(info.value)
     assert time.monotonic() - start < 2.0
     assert len(server.requests) == 1  # timeouts are not retried
+
+
+def test_a_server_trickling_its_headers_cannot_outlast_the_timeout():
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        try:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 500:
+                conn.send(bytes([byte]))
+                time.sleep(0.02)
+        except OSError:
+            pass
+        conn.close()
+
+    worker = threading.Thread(target=trickle, daemon=True)
+    worker.start()
+    start = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        model(f"http://127.0.0.1:{port}/v1", timeout=0.4).complete(Q)
+    assert info.value.kind == "timeout" and time.monotonic() - start < 2.0
+    worker.join(timeout=15)
+    listener.close()
 
 
 # --- usage counts ----------------------------------------------------------------------------

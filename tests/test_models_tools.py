@@ -216,6 +216,9 @@ def test_scripted_model_takes_a_reply_as_is_and_streams():
     assert list(chat.stream(QUESTION))[0] == ToolCallDelta(0, "k", "add", '{"a": 1, "b": 1}')
     tokens: list[str] = []
     assert chat.complete(QUESTION, on_token=tokens.append).text == "two words" and tokens == ["two ", "words"]
+    filled = ScriptedModel([Reply(text="On it.", tool_calls=[ToolCall(name="add", arguments={"a": 1})])],
+                           name="s").complete(QUESTION)
+    assert filled.model == "s" and filled.usage == Usage(10, 2 + 2) and filled.tool_calls[0].id == "call_1_0"
 
 
 def test_stream_reply_serves_models_that_cannot_stream():

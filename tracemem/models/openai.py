@@ -51,7 +51,8 @@ class OpenAICompatibleModel:
       ``RETRY_AFTER_CAP``); other 4xx and timeouts are not. A stream is never retried
       once its first byte arrived.
     - ``timeout`` bounds the *whole* reply, redirects and streaming included: a server
-      trickling bytes cannot hold a call longer.
+      trickling bytes cannot hold a call longer. For a stream that includes the time the
+      consumer spends between events; raise it for long generations.
     - ``max_reply_bytes`` caps what one reply says (see ``MAX_REPLY_BYTES``); beyond it
       the call fails with ``ModelError(kind="too_large")``.
     - ``user:password@`` in ``base_url`` is sent as Basic auth (unless ``api_key`` is set)

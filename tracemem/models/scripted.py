@@ -7,6 +7,7 @@ UI can be built and tested without a server.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -25,8 +26,9 @@ from .protocol import (Reply, Schema, StreamEvent, TextDelta, TokenCallback, Too
 WireMessages = list[dict[str, Any]]
 ReplySpec = Union[str, BaseModel, dict, list, ToolCall, Reply, Callable[[WireMessages], Any]]
 """A scripted answer: text; a pydantic model, dict or list (sent as JSON text); a ``ToolCall``
-or a list of them (parallel calls, no text); a ``Reply`` (as is); or a function of the
-messages (as OpenAI wire dicts) returning any of these."""
+or a list of them (parallel calls, no text); a ``Reply`` (text and tool calls together; an
+empty model name or unknown usage is filled in); or a function of the messages (as OpenAI
+wire dicts) returning any of these."""
 Pattern = Union[str, re.Pattern[str], Callable[[WireMessages], bool]]
 
 
@@ -137,12 +139,15 @@ class ScriptedModel:
 
     def _reply(self, spec: ReplySpec, messages: WireMessages, call_no: int) -> Reply:
         value = spec(messages) if callable(spec) and not isinstance(spec, (ToolCall, BaseModel)) else spec
-        if isinstance(value, Reply):
-            return value
         prompt_tokens = sum(count_tokens_estimate(str(m.get("content") or "")) for m in messages)
+        if isinstance(value, Reply):  # as given; a missing model name, usage or call id is filled in
+            calls = _with_ids(value.tool_calls, call_no)
+            out = sum(count_tokens_estimate(c.arguments_text) for c in calls)
+            return dataclasses.replace(
+                value, model=value.model or self.name, tool_calls=tuple(calls),
+                usage=value.usage if value.usage != Usage() else Usage(prompt_tokens, count_tokens_estimate(value.text) + out))
         if _is_calls(value):
-            calls = [value] if isinstance(value, ToolCall) else list(value)
-            calls = [c if c.id else c.model_copy(update={"id": f"call_{call_no}_{i}"}) for i, c in enumerate(calls)]
+            calls = _with_ids([value] if isinstance(value, ToolCall) else list(value), call_no)
             out = sum(count_tokens_estimate(c.arguments_text) for c in calls)
             return Reply(text="", usage=Usage(prompt_tokens, out), model=self.name, tool_calls=tuple(calls),
                          finish_reason="tool_calls")
@@ -168,6 +173,11 @@ class ScriptedModel:
             why = "has no rule matching this call and no default; add a rule or a default="
         raise ModelError(f"ScriptedModel {self.name!r} {why} (last user message: {last!r})",
                          kind="script", model=self.name)
+
+
+def _with_ids(calls: Sequence[ToolCall], call_no: int) -> list[ToolCall]:
+    """Tool calls with an id each: ``call_{call number}_{position}`` where none was given."""
+    return [c if c.id else c.model_copy(update={"id": f"call_{call_no}_{i}"}) for i, c in enumerate(calls)]
 
 
 def _render(value: Any) -> str:
