@@ -99,8 +99,9 @@ class OpenAICompatibleModel:
         self._endpoint = endpoint
         self._target = f"{endpoint.url}/chat/completions"
         self._transport = Transport(use_proxies=not is_loopback(endpoint.url), max_redirects=max_redirects)
-        self._wire = WireContext(model, self.url, max_reply_bytes,
-                                 tuple(s for s in (api_key, endpoint.password, endpoint.username) if s and len(s) > 3))
+        basic = endpoint.basic_auth()
+        secrets = (api_key, endpoint.password, basic.split(" ", 1)[1] if basic else None)
+        self._wire = WireContext(model, self.url, max_reply_bytes, tuple(s for s in secrets if s and len(s) >= 4))
 
     def __repr__(self) -> str:  # never shows the api key or URL credentials
         return f"OpenAICompatibleModel(base_url={self.base_url!r}, model={self.model!r}, provider={self.provider!r})"
@@ -149,9 +150,14 @@ class OpenAICompatibleModel:
         """``stream`` for async code: the HTTP read runs in a worker thread, events come to the loop."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        finished: asyncio.Future[None] = loop.create_future()
         holder: dict[str, Response] = {}
         stop = threading.Event()
+
+        def post(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is gone: nobody is listening any more
+                stop.set()
 
         def pump() -> None:  # its own thread: a long stream must not hold a slot of the shared executor
             try:
@@ -161,27 +167,30 @@ class OpenAICompatibleModel:
                 for event in self._events(holder["response"]):
                     if stop.is_set():
                         return
-                    loop.call_soon_threadsafe(queue.put_nowait, ("event", event))
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+                    post("event", event)
             except BaseException as err:  # handed to the awaiting side, which re-raises it
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", err))
+                post("error", err)
             finally:
-                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+                post("finished", None)
 
         threading.Thread(target=pump, name="tracemem-astream", daemon=True).start()
+        finished = False
         try:
             while True:
                 kind, value = await queue.get()
+                if kind == "finished":
+                    finished = True
+                    return
                 if kind == "error":
                     raise value
-                if kind == "end":
-                    return
-                yield value
+                if kind == "event":
+                    yield value
         finally:
             stop.set()
             if "response" in holder:
                 holder["response"].abort()
-            await finished
+            while not finished:  # let the thread end before the loop might close
+                finished = (await queue.get())[0] == "finished"
 
     # -- sending, with retries ------------------------------------------------------------
 
