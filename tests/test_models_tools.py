@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from openai_server import Completion, OpenAIServer
+from openai_server import OpenAIServer
 from tracemem.errors import TracememError
 from tracemem.models import (ChatModel, Message, ModelConfigError, OpenAICompatibleModel, Reply, ScriptedModel,
                              TextDelta, ToolCall, ToolCallDelta, ToolSpec, Usage, stream_reply, wire_messages)

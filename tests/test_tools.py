@@ -304,3 +304,15 @@ def test_tool_errors_form_one_tree():
     for cls in (ToolArgumentsError, ToolDefinitionError, UnknownToolError):
         assert issubclass(cls, ToolError) and issubclass(cls, TracememError)
     assert issubclass(UnknownToolError, LookupError) and not issubclass(UnknownToolError, KeyError)
+
+
+def test_bind_and_outcome_let_a_caller_run_the_function_itself():
+    call = ToolCall(id="p", name="paint", arguments={"address": {"city": "Rome"}, "color": "blue", "coats": 1})
+    one, kwargs = TOOLS.bind(call)
+    assert one is TOOLS["paint"] and kwargs["coats"] == 1 and kwargs["address"] == Address(city="Rome")
+    done = TOOLS.outcome(call, one.function(**kwargs), started_at=5, duration_ms=1.5)
+    assert (done.content, done.started_at, done.duration_ms, done.ok) == ("Rome/blue/1/matte", 5, 1.5, True)
+    failed = TOOLS.outcome(call, error=TimeoutError("took too long"))
+    assert failed.error_kind == "raised" and failed.content == "Error: tool 'paint' failed: TimeoutError: took too long"
+    with pytest.raises(UnknownToolError):
+        TOOLS.bind(ToolCall(id="u", name="nope"))

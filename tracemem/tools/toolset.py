@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Optional, Union
 
@@ -129,7 +129,7 @@ class ToolSet:
         """Run one call in this thread (an async tool gets its own event loop). Never raises for the tool's sake."""
         started, clock = time.time_ns(), time.perf_counter()
         try:
-            one, kwargs = self._prepare(call, injected)
+            one, kwargs = self.bind(call, **injected)
             if one.is_async:
                 try:
                     asyncio.get_running_loop()
@@ -141,20 +141,26 @@ class ToolSet:
             else:
                 result = one.function(**kwargs)
         except Exception as err:
-            return self._failed(call, err, started, clock)
-        return self._succeeded(call, result, started, clock)
+            return self.outcome(call, error=err, started_at=started, duration_ms=_since(clock))
+        return self.outcome(call, result, started_at=started, duration_ms=_since(clock))
 
     async def arun(self, call: ToolCall, /, **injected: Any) -> ToolOutcome:
         """Run one call from async code: async tools awaited, sync tools in a worker thread."""
         started, clock = time.time_ns(), time.perf_counter()
         try:
-            one, kwargs = self._prepare(call, injected)
+            one, kwargs = self.bind(call, **injected)
             result = await one.function(**kwargs) if one.is_async else await asyncio.to_thread(one.function, **kwargs)
         except Exception as err:
-            return self._failed(call, err, started, clock)
-        return self._succeeded(call, result, started, clock)
+            return self.outcome(call, error=err, started_at=started, duration_ms=_since(clock))
+        return self.outcome(call, result, started_at=started, duration_ms=_since(clock))
 
-    def _prepare(self, call: ToolCall, injected: Mapping[str, Any]) -> tuple[Tool, dict[str, Any]]:
+    def bind(self, call: ToolCall, /, **injected: Any) -> tuple[Tool, dict[str, Any]]:
+        """The tool a call names and its validated keyword arguments (plus the injected values it declared).
+
+        For callers that run the function themselves (their own threads, their own
+        recording): raises UnknownToolError, ToolArgumentsError or ToolError; hand the
+        error or the result to ``outcome``.
+        """
         one = self.tools.get(call.name)
         if one is None:
             known = ", ".join(self.tools) or "none"
@@ -162,23 +168,38 @@ class ToolSet:
         arguments = call.arguments if call.arguments is not None else call.arguments_text
         return one, one.bind(arguments, injected)
 
-    def _finish(self, call: ToolCall, text: str, started: int, clock: float, **fields: Any) -> ToolOutcome:
-        content, truncated = cap_text(text, MAX_ERROR_CHARS if fields.get("error") else self.max_result_chars)
-        return ToolOutcome(call.id, call.name, call.arguments, call.arguments_text, content, truncated=truncated,
-                           original_chars=len(text), started_at=started,
-                           duration_ms=(time.perf_counter() - clock) * 1000, **fields)
-
-    def _succeeded(self, call: ToolCall, result: Any, started: int, clock: float) -> ToolOutcome:
-        return self._finish(call, render_result(result), started, clock, result=result)
-
-    def _failed(self, call: ToolCall, err: Exception, started: int, clock: float) -> ToolOutcome:
-        kind: OutcomeError
-        if isinstance(err, UnknownToolError):
-            kind, text = "unknown_tool", f"Error: {err}. Call one of the available tools."
-        elif isinstance(err, ToolArgumentsError):
-            kind, text = "bad_arguments", f"Error: {err}."
-        elif isinstance(err, ToolError):
-            kind, text = "setup", f"Error: tool {call.name!r} could not be run: {err}"
+    def outcome(self, call: ToolCall, result: Any = None, *, error: Optional[BaseException] = None,
+                started_at: int = 0, duration_ms: float = 0.0) -> ToolOutcome:
+        """The ToolOutcome of a call that returned ``result`` or raised ``error``: text capped, error stated."""
+        if error is None:
+            text, fields = render_result(result), {"result": result}
         else:
-            kind, text = "raised", f"Error: tool {call.name!r} failed: {type(err).__name__}: {err}"
-        return self._finish(call, text, started, clock, error=f"{type(err).__name__}: {err}", error_kind=kind)
+            text = _error_text(call, error)
+            fields = {"error": f"{type(error).__name__}: {error}", "error_kind": _error_kind(error)}
+        content, truncated = cap_text(text, MAX_ERROR_CHARS if error is not None else self.max_result_chars)
+        return ToolOutcome(call.id, call.name, call.arguments, call.arguments_text, content, truncated=truncated,
+                           original_chars=len(text), started_at=started_at, duration_ms=duration_ms, **fields)
+
+
+def _since(clock: float) -> float:
+    return (time.perf_counter() - clock) * 1000
+
+
+def _error_kind(error: BaseException) -> OutcomeError:
+    if isinstance(error, UnknownToolError):
+        return "unknown_tool"
+    if isinstance(error, ToolArgumentsError):
+        return "bad_arguments"
+    return "setup" if isinstance(error, ToolError) else "raised"
+
+
+def _error_text(call: ToolCall, error: BaseException) -> str:
+    """The error as the model reads it: what went wrong and what to do."""
+    kind = _error_kind(error)
+    if kind == "unknown_tool":
+        return f"Error: {error}. Call one of the available tools."
+    if kind == "bad_arguments":
+        return f"Error: {error}."
+    if kind == "setup":
+        return f"Error: tool {call.name!r} could not be run: {error}"
+    return f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
