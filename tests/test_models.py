@@ -8,12 +8,12 @@ import re
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+from openai_server import Completion, OpenAIServer
 from tracemem.models import (
     RETRY_AFTER_CAP,
     ChatModel,
@@ -29,63 +29,16 @@ MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "
 
 
 def ok_body(text: str = "hi!", usage: dict | None = None, model: str = "m1") -> dict:
-    body: dict[str, Any] = {"model": model, "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
-    if usage is not None:
-        body["usage"] = usage
-    return body
-
-
-class FakeServer:
-    """Scripted responses: each request takes the next one; the last one repeats."""
-
-    def __init__(self) -> None:
-        self.responses: list[tuple[int, Any, dict[str, str], float]] = []
-        self.requests: list[dict[str, Any]] = []
-        self.url = ""
-
-    def respond(self, status: int = 200, body: Any = None, headers: dict | None = None, delay: float = 0.0) -> None:
-        self.responses.append((status, ok_body() if body is None else body, headers or {}, delay))
-
-    def next_response(self) -> tuple[int, Any, dict[str, str], float]:
-        return self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
+    return Completion(text=text, usage=usage, model=model).body()
 
 
 @pytest.fixture
 def server():
-    fake = FakeServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(raw)})
-            status, body, headers, delay = fake.next_response()
-            if delay:
-                time.sleep(delay)
-            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except OSError:  # the client gave up (timeout test)
-                pass
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield fake
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=2)
+    with OpenAIServer() as fake:
+        yield fake
 
 
-def model(server: FakeServer, **kw: Any) -> OpenAICompatibleModel:
+def model(server: OpenAIServer, **kw: Any) -> OpenAICompatibleModel:
     kw.setdefault("backoff", 0.01)
     return OpenAICompatibleModel(server.url, kw.pop("model", "m1"), **kw)
 
@@ -96,7 +49,7 @@ def model(server: FakeServer, **kw: Any) -> OpenAICompatibleModel:
 def test_success_sends_model_messages_and_auth(server):
     server.respond(body=ok_body("hi!", usage={"prompt_tokens": 7, "completion_tokens": 2}, model="m1-2024"))
     reply = model(server, api_key="sk-test", extra_body={"temperature": 0}).complete(MSGS)
-    assert reply == Reply(text="hi!", usage=Usage(7, 2), model="m1-2024", raw=reply.raw)
+    assert reply == Reply(text="hi!", usage=Usage(7, 2), model="m1-2024", finish_reason="stop")
     assert reply.raw["choices"][0]["message"]["content"] == "hi!"
     (req,) = server.requests
     assert req["path"] == "/v1/chat/completions"
@@ -106,10 +59,10 @@ def test_success_sends_model_messages_and_auth(server):
     assert "response_format" not in req["body"]
 
 
-def test_no_auth_header_without_key_and_usage_defaults_to_zero(server):
+def test_no_auth_header_without_key_and_missing_usage_is_unknown(server):
     server.respond(body=ok_body("x"))
     reply = model(server).complete(MSGS)
-    assert reply.usage == Usage(0, 0)
+    assert reply.usage == Usage(None, None)  # the server did not say: unknown, not zero
     assert reply.model == "m1"
     assert "Authorization" not in server.requests[0]["headers"]
 
@@ -173,8 +126,10 @@ def test_timeout(server):
     "body, fragment",
     [
         (b"<html>Bad Gateway</html>", "is not JSON"),
-        ({"choices": []}, "lacks choices[0].message.content"),
-        ({"object": "list", "data": []}, "lacks choices[0].message.content"),
+        ({"choices": []}, "lacks choices[0].message"),
+        ({"object": "list", "data": []}, "lacks choices[0].message"),
+        ({"choices": [{"message": {"content": None}}]}, "no text content and no tool calls"),
+        ({"choices": [{"message": {"content": None, "tool_calls": [{"id": "x", "function": 3}]}}]}, "malformed tool call"),
         ({"choices": [{"message": {"content": None, "refusal": "no"}}]}, "refusal"),
     ],
 )

@@ -170,7 +170,7 @@ def affected(con: Any, source: Any, *, max_runs: int = 100_000) -> AffectedRepor
             steps, paths, final = _propagate(record, run_id, entries, carried)
             if not steps and not final:
                 continue
-            how = next(iter(entries.values()), "carried over from the run it continues")
+            how = entries[min(entries)] if entries else "carried over from the run it continues"
             known = report.runs.setdefault(run_id, AffectedRun(run_id, how))
             known.paths = sorted(set(known.paths) | paths | {f"{f} (carried)" for f in final - paths
                                                               if f not in {root_of(p) for p in paths}})

@@ -1,0 +1,58 @@
+"""Server-sent events: split a byte stream into the data of each event.
+
+The OpenAI-compatible servers stream a reply as ``data: {json}`` events separated by
+blank lines and ended by ``data: [DONE]``. Bytes arrive cut anywhere (inside a line,
+inside a UTF-8 character), so lines are decoded only once complete. A line longer
+than the limit is refused rather than buffered without end.
+"""
+from __future__ import annotations
+
+from .transport import TransportTooLarge
+
+DONE = "[DONE]"
+
+
+class SSEDecoder:
+    """Feed bytes as they arrive; get back the data of every event completed so far."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._pending = b""
+        self._data: list[str] = []
+
+    def feed(self, block: bytes) -> list[str]:
+        buffer = self._pending + block if self._pending else block
+        lines = buffer.split(b"\n")
+        self._pending = lines.pop()
+        if len(self._pending) > self.max_line_bytes:
+            raise TransportTooLarge(self.max_line_bytes, len(self._pending))
+        events: list[str] = []
+        for line in lines:
+            self._line(line[:-1] if line.endswith(b"\r") else line, events)
+        return events
+
+    def close(self) -> list[str]:
+        """At the end of the stream: an event whose lines all arrived counts even without its blank line;
+        a line cut off mid-way does not."""
+        events: list[str] = []
+        if not self._pending:
+            self._line(b"", events)
+        self._pending, self._data = b"", []
+        return events
+
+    @property
+    def mid_line(self) -> bool:
+        """True when the bytes so far end inside a line (a cut-off stream)."""
+        return bool(self._pending)
+
+    def _line(self, line: bytes, events: list[str]) -> None:
+        if not line:
+            if self._data:
+                events.append("\n".join(self._data))
+                self._data = []
+            return
+        if line.startswith(b":"):  # a comment, e.g. a keep-alive ": ping"
+            return
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            self._data.append((value[1:] if value.startswith(b" ") else value).decode("utf-8", "replace"))

@@ -1,0 +1,19 @@
+"""Tools a model may call: schemas derived from Python functions, arguments validated, outcomes recorded.
+
+``@tool`` (or ``Tool.from_function``) turns a function into a tool whose JSON schema
+comes from its type hints and docstring through pydantic. ``ToolSet.run(call)`` runs
+one ``ToolCall`` from a model's reply and always returns a ``ToolOutcome``: a tool
+that raises, arguments that are not JSON or do not fit, and an unknown tool name each
+become a tool-result message stating the error, so the model can correct itself and
+the run goes on. Modules: ``tool`` (Tool), ``toolset`` (ToolSet, ToolOutcome),
+``docstrings``, ``errors``.
+"""
+from .docstrings import parse_docstring
+from .errors import ToolArgumentsError, ToolDefinitionError, ToolError, UnknownToolError
+from .tool import Arguments, Tool, tool
+from .toolset import MAX_ERROR_CHARS, MAX_RESULT_CHARS, OutcomeError, ToolOutcome, ToolSet, cap_text, render_result
+
+__all__ = sorted([
+    "Arguments", "MAX_ERROR_CHARS", "MAX_RESULT_CHARS", "OutcomeError", "Tool", "ToolArgumentsError", "ToolDefinitionError", "ToolError",
+    "ToolOutcome", "ToolSet", "UnknownToolError", "cap_text", "parse_docstring", "render_result", "tool",
+])
