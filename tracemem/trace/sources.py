@@ -32,11 +32,13 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -
     for use in idx.rows("memory_uses", step):
         if use["outcome"] == "injected":
             memory_node(w, node, use["memory_id"], depth, "source")
-    for use in idx.rows("snapshot_uses", step):
+    uses = idx.rows("snapshot_uses", step)
+    suspect = w.store.suspect([u["source_run_id"] for u in uses]) if uses and w.store is not None else {}
+    for use in uses:
         child = f"run:{use['source_run_id']}"
         if w.add(child, depth + 1, idx, (_expand_past_run, use["source_run_id"]), kind="run",
                  run_id=use["source_run_id"], score=use["score"], projection=use["projection"],
-                 query=use.get("query"), via="load_snapshot"):
+                 query=use.get("query"), via="load_snapshot", suspect=suspect.get(use["source_run_id"])):
             w.link(node, child, "source")
 
 
@@ -71,7 +73,8 @@ def memory_node(w: "Walker", parent: str, memory_id: str, depth: int, kind: str)
     if record is not None:
         attrs.update(text=record.text, confidence=record.confidence, review_state=record.review_state,
                      source_run_id=record.source_run_id, source_step=record.source_step,
-                     source_ref=record.source_ref, subject=record.subject, superseded_by=record.superseded_by)
+                     source_ref=record.source_ref, subject=record.subject, superseded_by=record.superseded_by,
+                     forgotten=record.deleted_at is not None)
     else:
         attrs.update(missing="not in the store (purged, or no store at hand)")
     if w.add(child, depth + 1, None, (_expand_memory, record) if record is not None else None, **attrs):

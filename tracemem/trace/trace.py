@@ -227,10 +227,15 @@ def describe(d: dict[str, Any]) -> str:
         if d.get("missing"):
             return f"memory {d['memory_id']} ({d['missing']})"
         flag = f", superseded by {d['superseded_by']}" if d.get("superseded_by") else ""
+        since = " — flagged since: this value rests on a flagged source" if d.get("forgotten") or \
+            d.get("review_state") in ("stale", "contradicted") else ""
+        state = "forgotten" if d.get("forgotten") else d["review_state"]
         return (f"memory {d['memory_id']} {_value(d['text'], 60)!r} (confidence {d['confidence']:g}, "
-                f"{d['review_state']}{flag})")
+                f"{state}{flag}){since}")
     if kind == "run":
         if d.get("via") == "load_snapshot":
-            return f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, {d['projection']})"
+            suspect = f" — suspect since: {d['suspect']}" if d.get("suspect") else ""
+            return (f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, "
+                    f"{d['projection']}){suspect}")
         return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
     return d.get("label") or f"{kind} {d}"
