@@ -30,9 +30,9 @@ def _question(scope: Any, query_from: Optional[str]) -> str:
     question = str(getattr(scope, "question", "") or "").strip() if hasattr(type(scope), "question") else ""
     if question:
         return question
-    for message in reversed(list(getattr(scope, "messages", []) or [])):
+    for message in reversed(list(getattr(scope, "messages", []) or [])):  # Messages, or dicts of older scopes
         if message.get("role") == "user":
-            return str(message.get("content", "")).strip()
+            return str(message.get("content") or "").strip()
     return ""
 
 

@@ -12,6 +12,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── LoopLimitError       a loop exceeded its max_iterations guard
     ├── StageError           wraps what a stage raised, naming the stage and the run
     ├── RunFailed            a run ended failed; `.run` is the recorded run
+    ├── RunCancelled         a streamed run was stopped before its next step (recorded `interrupted`)
     ├── ModelError           a chat model call failed (tracemem.models)
     ├── MemoryStoreError     a memory operation was refused (tracemem.memory)
     └── StoreLockedError     another process holds the store file (tracemem.store)
@@ -89,3 +90,8 @@ class RunFailed(TracememError):
         super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
         self.run = run
         self.__cause__ = cause
+
+
+class RunCancelled(TracememError):
+    """A run was stopped from outside between two steps (its `flow.stream` was closed early); it is
+    recorded `interrupted`, with every step it finished."""

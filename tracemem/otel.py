@@ -1,7 +1,10 @@
 """OpenTelemetry export with the GenAI semantic conventions (opt-in).
 
 A run becomes an ``invoke_workflow {pipeline}`` span; each step is a child span
-named after its stage (``execute_tool {name}`` for stages marked ``tool=True``);
+named after its stage (``execute_tool {name}`` for stages marked ``tool=True``; a tool
+agent's tool step is named after the tool it ran, with ``gen_ai.tool.call.id``, and
+its arguments and result as ``gen_ai.tool.call.arguments``/``.result`` only with
+``capture_content``);
 a decision is a ``decision`` event on its step's span; a subflow's run nests
 under the step that ran it; ``model_calls`` rows become ``chat {model}`` spans
 (kind CLIENT) and ``ctx.span(...)`` rows (``search_memory``, ``update_memory``)
@@ -240,14 +243,18 @@ class OTelSink:
             attributes["tracemem.routed_by"] = step.routed_by
         if step.child_run_id is not None:
             attributes["tracemem.child_run_id"] = step.child_run_id
-        if step.stage in state.tools:
-            name = f"execute_tool {step.name}"
+        tool_call = next((row for table, row in rows if table == "tool_calls"), None)
+        if step.stage in state.tools or tool_call is not None:
+            tool_name = tool_call["name"] if tool_call is not None else step.name
+            name = f"execute_tool {tool_name}"
             attributes["gen_ai.operation.name"] = "execute_tool"
-            attributes["gen_ai.tool.name"] = step.name
+            attributes["gen_ai.tool.name"] = tool_name
             attributes["gen_ai.tool.type"] = "function"
-            description = state.tools[step.stage]
+            description = state.tools.get(step.stage) if tool_call is None else None
             if description:
                 attributes["gen_ai.tool.description"] = description
+            if tool_call is not None:
+                self._tool_call(attributes, tool_call)
         else:
             name = step.name
         if step.status != "ok":
@@ -258,6 +265,8 @@ class OTelSink:
                                       start_time=step.started_at)
         if step.status != "ok":
             span.set_status(Status(StatusCode.ERROR, step.error))
+        elif tool_call is not None and tool_call.get("error"):  # the run went on; this call failed
+            span.set_status(Status(StatusCode.ERROR, str(tool_call["error"])))
         if decision is not None:
             event: dict[str, Any] = {"tracemem.decision.chosen": decision.chosen}
             if self.capture_content:
@@ -271,6 +280,18 @@ class OTelSink:
             for child in children or ():
                 self._materialize(child, context)
         span.end(end_time=step.ended_at)
+
+    def _tool_call(self, attributes: dict[str, Any], row: dict[str, Any]) -> None:
+        """A `tool_calls` row on its tool step's span: the call id, the error; content only if captured."""
+        attributes["gen_ai.tool.call.id"] = row.get("call_id") or ""
+        if row.get("error"):
+            attributes["error.type"] = str(row.get("error_kind") or "_OTHER")
+        if self.capture_content:
+            arguments = row.get("arguments_text")
+            if arguments is not None:
+                attributes["gen_ai.tool.call.arguments"] = arguments
+            if row.get("result") is not None:
+                attributes["gen_ai.tool.call.result"] = row["result"]
 
     def _rows(self, state: _RunSpans, step: Step, rows: list[tuple[str, dict[str, Any]]], context: Any) -> None:
         if self.capture_content:
@@ -306,9 +327,14 @@ class OTelSink:
             messages = _input_messages(prompt) if prompt else None
             if messages is not None:
                 attributes["gen_ai.input.messages"] = messages
+            calls = row.get("tool_calls")
+            calls = json.loads(calls) if isinstance(calls, str) else calls or []
             if row.get("response") is not None:
+                parts = _text_parts(row["response"]) if row["response"] or not calls else []
+                parts += [{"type": "tool_call", "id": c.get("id"), "name": c.get("name"), "arguments": c.get("arguments")}
+                          for c in calls]
                 attributes["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "parts": _text_parts(row["response"]), "finish_reason": "stop"}],
+                    [{"role": "assistant", "parts": parts, "finish_reason": "tool_calls" if calls else "stop"}],
                     default=str)
         started = row.get("started_at")
         start = started if isinstance(started, int) else step.started_at

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from .run import Run
 
 Verb = Literal["set", "append", "delete"]
-StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop"]
+# map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call)
+StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop", "map-item", "tool"]
 StepStatus = Literal["ok", "failed"]
 
 

@@ -3,20 +3,24 @@
 A stage that takes `ctx` can log lines kept with its step, leave a loop, call a
 chat model so that the call is recorded (`ctx.complete`), and emit extra rows
 (`model_calls`, `prompt_sections`, ...) tied to its step. Everything it records
-goes into the step's recorder, which the runner hands to the sinks.
+goes into the step's recorder, which the runner hands to the sinks. A step of a
+`Pipeline.map` fan-out finds its element in `ctx.item`.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from ..ids import new_id
+from ..scope.tracked import unwrap
 
 if TYPE_CHECKING:
     from ..run import Run
     from ..scope.recorder import StepRecorder
+    from .events import EventFeed
 
 
 class StageContext:
@@ -25,14 +29,16 @@ class StageContext:
     `args` is the run input (read-only); `env` holds untracked dependencies such as
     model clients (`flow.run(..., env={...})`), never recorded; `store` is the Store
     the run records into (or None); `subject` is whose run this is (memory scoping);
-    `pipeline` is the name of the pipeline running.
+    `pipeline` is the name of the pipeline running; `item` is this step's element when
+    the stage runs once per element of a list (`Pipeline.map`), else None.
     """
 
     __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
-                 "pipeline", "_rec")
+                 "pipeline", "item", "_rec", "_events")
 
     def __init__(self, run: "Run", rec: "StepRecorder", name: str, iteration: int, args: Mapping[str, Any],
-                 env: Mapping[str, Any], store: Any) -> None:
+                 env: Mapping[str, Any], store: Any, *, item: Any = None,
+                 events: Optional["EventFeed"] = None) -> None:
         self.run_id = run.run_id
         self.run = run
         self.pipeline = run.pipeline
@@ -44,7 +50,9 @@ class StageContext:
         self.env = env
         self.subject = run.subject
         self.store = store
+        self.item = item
         self._rec = rec
+        self._events = events  # set while the run streams events: tokens go there as they arrive
 
     def break_loop(self, reason: str = "") -> None:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
@@ -69,23 +77,54 @@ class StageContext:
     def complete(self, model: Any, messages: list[Any], *, prompt_id: Optional[str] = None,
                  **options: Any) -> Any:
         """Call `model.complete(messages, **options)` and record the call as a `model_calls` row of this
-        step: model, provider, prompt id, reply, tokens, latency, and the error if it failed (then re-raised)."""
+        step: model, provider, prompt id, reply, the tool calls it asked for, tokens, latency, and the
+        error if it failed (then re-raised; a stream cut off mid-reply records what arrived).
+
+        Options go to the model as given (`tools=`, `tool_choice=`, `schema=`, `on_token=`). While the
+        run streams events (`flow.stream`), the reply streams too and each text fragment becomes a
+        `TokenDelta`; the recorded row is the same either way."""
         call = {"call_id": new_id(48), "model": getattr(model, "name", None),
                 "provider": getattr(model, "provider", None), "prompt_id": prompt_id or None}
+        messages = [unwrap(m) for m in messages]  # a scope's tracked copies go out as plain messages
+        events = self._events
+        if events is not None and _takes_on_token(model):
+            options["on_token"] = events.token_callback(self.run_id, self.step, self.stage, options.get("on_token"))
         started = time.time_ns()
         try:
             reply = model.complete(messages, **options)
         except Exception as err:
-            self.emit("model_calls", **call, response=None, input_tokens=None, output_tokens=None,
+            partial = getattr(err, "partial", None)  # ModelError: a stream broke; keep what arrived
+            self.emit("model_calls", **{**call, **(reply_columns(partial, call["model"]) if partial is not None else
+                                                   {"response": None, "input_tokens": None, "output_tokens": None,
+                                                    "tool_calls": None})},
                       latency_ms=(time.time_ns() - started) / 1e6, started_at=started,
                       error=f"{type(err).__name__}: {err}")
             raise
-        usage = getattr(reply, "usage", None)
-        self.emit("model_calls", **{**call, "model": getattr(reply, "model", None) or call["model"]},
-                  response=reply.text, input_tokens=getattr(usage, "input_tokens", None),
-                  output_tokens=getattr(usage, "output_tokens", None),
+        self.emit("model_calls", **{**call, **reply_columns(reply, call["model"])},
                   latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None)
+        if events is not None and getattr(reply, "tool_calls", None):
+            events.tool_requested(self.run_id, self.step, self.stage, reply.tool_calls)
         return reply
+
+
+def reply_columns(reply: Any, model: Optional[str]) -> dict[str, Any]:
+    """The `model_calls` columns a reply fills: model, response, tokens, and the tool calls asked for
+    (`[{"id", "name", "arguments"}]`, arguments as the raw text the model sent; None when there were none)."""
+    usage = getattr(reply, "usage", None)
+    calls = getattr(reply, "tool_calls", None)
+    return {"model": getattr(reply, "model", None) or model, "response": reply.text,
+            "input_tokens": getattr(usage, "input_tokens", None), "output_tokens": getattr(usage, "output_tokens", None),
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments_text} for c in calls] if calls
+            else None}
+
+
+def _takes_on_token(model: Any) -> bool:
+    """Whether `model.complete` accepts `on_token` (the ChatModel protocol does; an older adapter may not)."""
+    try:
+        params = inspect.signature(model.complete).parameters
+    except (TypeError, ValueError):
+        return False
+    return "on_token" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})

@@ -18,77 +18,27 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
-from ..errors import LoopLimitError, RunFailed, StageError, TracememError
+from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
 from ..record import Decision, Step, StepKind
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
 from .context import EMPTY, ReadOnlyArgs, StageContext
+from .events import EventFeed
 from .fork import fork_conflict, merge_branch, run_branches
 from .program import Instruction, Program
 from .sinks import Sink
 from .spec import LoopNode, StageSpec, SubflowNode
+from .steps import Abort, Begun, LoopState
 from .sync import run_sync
 
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
-
-
-class Abort(TracememError):
-    """Ends a run as failed: the message recorded on the run, and the error behind it (internal: the
-    runner raises and catches it; a caller sees `RunFailed`)."""
-
-    def __init__(self, message: str, cause: BaseException) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class Begun:
-    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
-
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id")
-
-    def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
-                 routed_by: Optional[int]) -> None:
-        self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
-        self.started = time.time_ns()
-        self.child_run_id: Optional[str] = None
-
-
-class LoopState:
-    """Control-flow memory of a run: the decision that last routed into each region, how often each
-    loop went round, and the key each branch last chose."""
-
-    def __init__(self) -> None:
-        self.last_decision: dict[Any, int] = {}
-        self.rounds: dict[Any, int] = {}
-        self.branch_keys: dict[int, str] = {}
-
-    def routed_by(self, ins: Instruction) -> Optional[int]:
-        """The latest decision among those that routed into the regions holding `ins`."""
-        best = None
-        for region in ins.regions:
-            step = self.last_decision.get(region.key)
-            if step is not None and (best is None or step > best):
-                best = step
-        return best
-
-    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
-        """Count one more round of a loop (returns the count)."""
-        count = self.rounds.get(key, 0) + 1
-        self.rounds[key] = count
-        if decided_by is not None:
-            self.last_decision[key] = decided_by
-        return count
-
-    def leave(self, key: Any) -> None:
-        """A loop was left: its count and routing start afresh next time."""
-        self.rounds.pop(key, None)
-        self.last_decision.pop(key, None)
 
 
 class Execution:
@@ -110,6 +60,8 @@ class Execution:
         self.counts: dict[str, int] = {}
         self.async_mode = False
         self.loops = LoopState()
+        self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
+        self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
@@ -167,9 +119,12 @@ class Execution:
             sink.end_run(run)
 
     async def _execute_program(self) -> None:
-        ins_list = self.program.ins
+        ins_list, cancel = self.program.ins, self.cancel
         pc, end = 0, len(ins_list)
         while pc < end:
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
+                                   "was closed)")
             ins = ins_list[pc]
             if ins.op == "stage":  # the common case, without a lookup
                 pc = await self._do_stage(ins, pc)
@@ -184,6 +139,8 @@ class Execution:
         self.next_step += 1
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
+        if self.events is not None:
+            self.events.step_started(self.run, self.next_step, spec, kind, iteration)
         return Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
                      self.loops.routed_by(ins) if ins.regions else None)
 
@@ -193,7 +150,8 @@ class Execution:
         call = fn or spec.fn
         view = self.program.view_class(rec)
         if spec.takes_ctx:
-            ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store)
+            ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store,
+                               item=begun.item, events=self.events)
             result = call(view, ctx)
         else:
             result = call(view)
@@ -327,14 +285,27 @@ class Execution:
         return ins.target
 
     async def _do_fork(self, ins: Instruction, pc: int) -> int:
-        specs: list[StageSpec] = ins.node.branches
-        begun = [self._begin(ins, spec, "fork-branch") for spec in specs]
-        outcomes = await run_branches(lambda i: self._call(begun[i]), [s.is_async for s in specs], self.async_mode)
+        begun = [self._begin(ins, spec, "fork-branch") for spec in ins.node.branches]
+        return await self._parallel(ins, begun, [s.id for s in ins.node.branches], pc)
+
+    async def _do_map(self, ins: Instruction, pc: int) -> int:
+        spec: StageSpec = ins.spec  # type: ignore[assignment]
+        over = ins.node.over
+        begun = [self._begin(ins, spec, spec.kind) for _ in range(len(self.state.data.get(over) or ()))]
+        for i, b in enumerate(begun):  # the element, read through the step's recorder (a read of `over`)
+            b.item = unwrap(b.rec.read(over)[i])
+        return await self._parallel(ins, begun, [f"{spec.id}[{i}]" for i in range(len(begun))], pc) if begun \
+            else pc + 1
+
+    async def _parallel(self, ins: Instruction, begun: list[Begun], labels: list[str], pc: int) -> int:
+        """Run begun steps at once (a fork's branches, a map's elements); commit them in order, or none."""
+        outcomes = await run_branches(lambda i: self._call(begun[i]), [b.spec.is_async for b in begun],
+                                      self.async_mode)
         for b, outcome in zip(begun, outcomes):
             b.started = outcome.started
         failed_at = next((i for i, o in enumerate(outcomes) if o.error is not None), -1)
         failure: Optional[BaseException] = outcomes[failed_at].error if failed_at >= 0 else fork_conflict(
-            [s.id for s in specs], [b.rec for b in begun])
+            labels, [b.rec for b in begun])
         decision, next_pc = None, pc + 1
         breaker = next((i for i, b in enumerate(begun) if b.rec.break_reason is not None), -1)
         if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
@@ -344,7 +315,7 @@ class Execution:
             for b, outcome in zip(begun, outcomes):
                 own = outcome.error
                 err = own if own is not None else failure if failed_at < 0 else TracememError(
-                    f"not committed: fork branch '{specs[failed_at].id}' failed")
+                    f"not committed: parallel step '{labels[failed_at]}' failed")
                 a = self._fail(b, err)
                 abort = abort or (a if own is not None or failed_at < 0 else None)
             raise abort or Abort(str(failure), failure)
@@ -364,6 +335,7 @@ class Execution:
                 child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
             exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
                             sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+            exe.events = self.events
             coro = exe.execute(False, async_mode=self.async_mode)
             child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
             begun.child_run_id = child.run_id
@@ -385,4 +357,5 @@ class Execution:
 # What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
 HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
     "jump": Execution._do_jump, "stage": Execution._do_stage, "branch": Execution._do_branch,
-    "loop": Execution._do_loop, "fork": Execution._do_fork, "subflow": Execution._do_subflow}
+    "loop": Execution._do_loop, "fork": Execution._do_fork, "subflow": Execution._do_subflow,
+    "map": Execution._do_map}

@@ -126,6 +126,8 @@ def wire_message(message: MessageLike, index: int = 0) -> dict[str, Any]:
     """
     if isinstance(message, Message):
         return message.model_dump()
+    if not isinstance(message, Mapping) and callable(getattr(message, "model_dump", None)):
+        message = message.model_dump()  # another pydantic model of this shape, or a scope's tracked copy of one
     if isinstance(message, Mapping):
         try:
             return Message.model_validate(message).model_dump()

@@ -36,7 +36,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
     "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
                     ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
-                    ("started_at", NS), ("error", S)],
+                    ("started_at", NS), ("error", S), ("tool_calls", J)],
     "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
     "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
                         ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
@@ -47,6 +47,9 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "run_embeddings": [("run_id", S), ("pipeline", S), ("embedder_id", S), ("query", S),
                        ("embedding", pa.list_(pa.float32())), ("created_at", NS)],
     "subflows": [("run_id", S), ("step", I), ("child_run_id", S), ("inputs", J), ("outputs", J)],
+    "tool_calls": [("run_id", S), ("step", I), ("call_id", S), ("name", S), ("arguments", J), ("arguments_text", S),
+                   ("result", S), ("error", S), ("error_kind", S), ("truncated", pa.bool_()), ("original_chars", I),
+                   ("started_at", NS), ("duration_ms", F)],
 }
 EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
 _HOST = socket.gethostname()

@@ -115,8 +115,13 @@ class Trace:
             lines.append(arrow + describe(self.graph.nodes[node]))
             children = sorted(self.graph.successors(node),
                               key=lambda c: _EDGE_ORDER.get(self.graph.edges[node, c].get("kind"), 9))
+            # what a step read is shown once: under the model call it was sent to, not again beside it
+            fed = {g for c in children if self.graph.nodes[c].get("kind") == "model_call"
+                   for g in self.graph.successors(c) if self.graph.edges[c, g].get("kind") == "data"}
             for child in children:
-                visit(child, depth + 1, self.graph.edges[node, child].get("kind"))
+                kind = self.graph.edges[node, child].get("kind")
+                if child not in fed or kind not in ("data", "compose"):
+                    visit(child, depth + 1, kind)
 
         if self.root is not None:
             visit(self.root, 0, None)
@@ -218,7 +223,21 @@ def describe(d: dict[str, Any]) -> str:
         if d.get("error"):
             return f"model call {d['model']} failed: {d['error']}"
         prompt = f" (prompt {d['prompt_id']})" if d.get("prompt_id") else ""
+        calls = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
+        if calls:
+            asked = ", ".join(f"{c.get('name')}({_value(c.get('arguments') or '', 40)})" for c in calls[:4])
+            more = f" and {len(calls) - 4} more" if len(calls) > 4 else ""
+            said = f" and said {_value(d['response'], 30)!r}" if d.get("response") else ""
+            return f"model call {d['model']} asked for {asked}{more}{said}{prompt}"
         return f"model call {d['model']} replied {_value(d.get('response') or '', 50)!r}{prompt}"
+    if kind == "tool_call":
+        where = f"(run {d['run_id'][:8]} step {d['step']}"
+        took = f", {d['duration_ms']:.2f} ms)" if isinstance(d.get("duration_ms"), (int, float)) else ")"
+        call = f"tool call {d['name']}({_value(d.get('arguments_text') or '', 50)})"
+        if d.get("error"):
+            return f"{call} failed ({d.get('error_kind') or 'error'}): {_value(d['error'], 80)}  {where}{took}"
+        cut = ", truncated" if d.get("truncated") else ""
+        return f"{call} returned {_value(d.get('result') or '', 50)!r}  {where}{took[:-1]}{cut})"
     if kind == "prompt_section":
         label = _SECTION_LABELS.get(d["section"], d["section"])
         line = f" line {d['line']}" if d["section"] == "memory" else ""
