@@ -118,6 +118,12 @@ class Trace:
             # what a step read is shown once: under the model call it was sent to, not again beside it
             fed = {g for c in children if self.graph.nodes[c].get("kind") == "model_call"
                    for g in self.graph.successors(c) if self.graph.edges[c, g].get("kind") == "data"}
+            sections = [c for c in children if self.graph.nodes[c].get("kind") == "prompt_section"
+                        and (keep is None or c in keep)]
+            if len(sections) > 1 and all(c in seen for c in sections) and len(lines) < max_lines:  # shown: one line
+                d = self.graph.nodes[sections[0]]
+                lines.append(f"{'  ' * depth}← prompt {d['prompt_id']} ({len(sections)} sections, see above)")
+                children = [c for c in children if c not in sections]
             for child in children:
                 kind = self.graph.edges[node, child].get("kind")
                 if child not in fed or kind not in ("data", "compose"):
