@@ -28,15 +28,15 @@ def chat_model(model: Union[ChatModel, str], ctx: StageContext, stage: str) -> A
 
 
 def conversation(scope: Any, *, system_from: Optional[str], messages_from: Optional[str],
-                 question_from: Optional[str], ask: bool = True) -> tuple[list[Message], bool]:
-    """What to send: the system prompt, the history (dicts or Messages), and the question unless the
+                 question_from: Optional[str], ask: bool = True) -> tuple[list[Any], bool]:
+    """What to send (through `ctx.complete`, which sends the scope's copies as plain messages): the
+    system prompt, the history (Messages, or the dicts of an older scope), and the question unless the
     history already ends with it or `ask` is False; and whether the question was added."""
-    messages: list[Message] = []
+    messages: list[Any] = []
     if system_from and getattr(scope, system_from):
         messages.append(Message(role="system", content=getattr(scope, system_from)))
     history = list(getattr(scope, messages_from)) if messages_from else []
-    messages += [m if isinstance(m, Message) else Message.model_validate(m.model_dump() if hasattr(m, "model_dump")
-                                                                         else dict(m)) for m in history]
+    messages += history
     question = getattr(scope, question_from) if question_from else ""
     asked = ask and bool(question) and not (history and history[-1].get("role") == "user"
                                             and history[-1].get("content") == question)

@@ -111,7 +111,9 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
 
     def final(scope: Any) -> None:
         """The answer: the last assistant message's text."""
-        last = next((m for m in reversed(list(getattr(scope, messages_from))) if m.get("role") == "assistant"), None)
+        history = getattr(scope, messages_from)
+        last = next((history[i] for i in range(len(history) - 1, -1, -1) if history[i].get("role") == "assistant"),
+                    None)
         setattr(scope, into, (last.get("content") or "") if last is not None else "")
 
     each = arun_tool if any(t.is_async for t in toolset) else run_tool

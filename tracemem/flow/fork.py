@@ -1,7 +1,10 @@
 """Forks: running parallel branches and merging what they wrote.
 
-Sync branches run in threads (the first in the caller's thread), async ones under
-`asyncio.gather` (sync ones then via `asyncio.to_thread`). Each branch writes into
+Sync branches run in threads, async ones under `asyncio.gather` (sync ones then via
+`asyncio.to_thread`). The caller's thread takes part: it and the helper threads each
+claim the next branch not yet started, so a branch that waits (a tool calling a
+server) never holds the others up, and quick branches cost no thread hand-off when
+the caller gets to them first (a hand-off costs tens of µs on a busy machine). Each branch writes into
 its own recorder; the merge applies them in declared order — so appends to one
 list merge in that order — after checking that no two branches set the same path.
 The runner hands in a callback per branch, so this module never sees the runner.
@@ -75,8 +78,28 @@ async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[boo
 
     if async_mode:
         return list(await asyncio.gather(*(call_async(i) for i in range(len(is_async)))))
-    futures = [branch_pool.get().submit(call_sync, i) for i in range(1, len(is_async))]
-    return [call_sync(0)] + [f.result() for f in futures]
+    count = len(is_async)
+    outcomes: list[Optional[BranchOutcome]] = [None] * count
+    finished = [threading.Event() for _ in range(count)]
+    claims = iter(range(count))
+    claiming = threading.Lock()
+
+    def work() -> None:  # run branches until none is left to start
+        while True:
+            with claiming:
+                i = next(claims, None)
+            if i is None:
+                return
+            outcomes[i] = call_sync(i)
+            finished[i].set()
+
+    pool = branch_pool.get()
+    for _ in range(count - 1):
+        pool.submit(work)
+    work()
+    for event in finished:
+        event.wait()
+    return outcomes  # type: ignore[return-value]
 
 
 def fork_conflict(ids: list[str], recs: list[StepRecorder]) -> Optional[ForkConflictError]:

@@ -9,6 +9,7 @@ into its own format: OpenAI's ``function`` here, Anthropic's ``input_schema`` wo
 """
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,12 @@ class ToolCall(BaseModel):
     def _wire(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_text}}
 
+    def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "ToolCall":
+        # the scope copies what it stores; pydantic's generic deep copy costs several times this
+        clone = copy.copy(self)
+        clone.__dict__["arguments"] = copy.deepcopy(self.arguments, memo)
+        return clone
+
 
 class Message(BaseModel):
     """One chat message; ``model_dump()`` is the OpenAI wire shape (``content`` always present).
@@ -103,6 +110,12 @@ class Message(BaseModel):
         if self.name is not None:
             out["name"] = self.name
         return out
+
+    def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "Message":
+        # the scope copies what it stores; pydantic's generic deep copy costs several times this
+        clone = copy.copy(self)
+        clone.__dict__["tool_calls"] = [copy.deepcopy(c, memo) for c in self.tool_calls]
+        return clone
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:
