@@ -85,3 +85,9 @@ def test_run_all_writes_results(tmp_path: Path) -> None:
     text = out.read_text()
     assert "## Goals" in text and "engine overhead" in text and "## Output: store.py" in text
     assert "not parsed" not in text
+
+
+def test_blame_bench_prints_its_measures() -> None:
+    out = run("bench/blame.py", "--runs", "2000", "--memories", "300", "--reps", "1")
+    assert "affected(memory used by 20 runs)" in out and "blame over every judged run" in out
+    assert "ranks the planted memory first" in out
