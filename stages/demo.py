@@ -167,8 +167,7 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
             f"{receipt['excluded_flagged']} flagged record(s) excluded, floor {receipt['recall_floor']:g}")
         if receipt.get("caveat"):
             say(textwrap.fill(f"caveat: {receipt['caveat']}", 100))
-        snap = [s for s in rerun.steps if s.stage == "load_snapshot"][0]
-        say(f"load_snapshot: {'past run context injected (similar question seen before)' if rerun.output.snapshot else snap.logs[-1]}")
+        say(_snapshot_line(rerun))
 
         say.part("Explore it yourself")
         cmd = _command()
@@ -177,8 +176,20 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         say(f"{cmd} backtrack {wrong.run_id[:8]} answer --only memory --db {db}")
         say(f"{cmd} backtrack {wrong.run_id[:8]} answer --influence --db {db}")
         say(f"{cmd} memories --db {db}")
-        say(f"{cmd} sql \"SELECT stage, count(*), round(avg(epoch_ms(ended_at) - epoch_ms(started_at)), 2) AS ms "
+        say(f"{cmd} sql \"SELECT stage, count(*) AS n, round(avg(duration_ms), 2) AS ms "
             f"FROM steps GROUP BY stage ORDER BY ms DESC\" --db {db}")
+
+
+def _snapshot_line(run: Any) -> str:
+    """What load_snapshot did in `run`: which past run it projected, how, at what similarity, and the
+    projected text itself (or why nothing was injected)."""
+    uses = run.rows.get("snapshot_uses", [])
+    if not uses:
+        return run.step("load_snapshot").logs[-1]
+    use = uses[0]
+    projected = [line.strip() for line in run.output.snapshot.splitlines()[1:] if line.strip()]
+    return (f"load_snapshot: projected past run {use['source_run_id'][:8]} (similarity {use['score']:.2f}, "
+            f"projection '{use['projection']}'): {'; '.join(projected)}")
 
 
 def _command() -> str:

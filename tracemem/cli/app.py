@@ -43,6 +43,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Any = None, extra: Optional[
         commands[args.command][2](args, out)
     except (TracememError, duckdb.Error, OSError, ValueError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if isinstance(err, duckdb.Error) and not message.startswith("SQL error"):
+            message = f"SQL error: {message}"
         print(f"tracemem: error: {visible(message)}", file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -5,6 +5,8 @@ import argparse
 from datetime import datetime, timedelta
 from typing import Any
 
+import duckdb
+
 from ..errors import TracememError
 from ..times import utc_naive, utc_now
 from .common import Commands, open_store, wants_json
@@ -43,7 +45,10 @@ def cmd_sql(args: argparse.Namespace, out: Any) -> None:
         if rel is None:
             print("ok", file=out)
             return
-        cols, rows = rel.columns, rel.fetchall()
+        try:  # DuckDB runs a query lazily: a conversion or runtime error surfaces here
+            cols, rows = rel.columns, rel.fetchall()
+        except duckdb.Error as err:
+            raise TracememError(f"SQL error: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     if wants_json(args):
         print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
     else:

@@ -187,12 +187,24 @@ def _value(text: Any, limit: int = 60) -> str:
     return clip(text if isinstance(text, str) else json.dumps(text, default=str), limit)
 
 
-def describe_decision(stage: str, chosen: str, evidence: Any) -> str:
-    """"<stage> chose '<branch>' because '<rule>'" — the rule that matched, when `decide()` recorded one."""
+def describe_decision(stage: str, chosen: str, evidence: Any, values: bool = False) -> str:
+    """"<stage> chose '<branch>' because '<rule>'" — the rule that matched, when `decide()` recorded one;
+    with `values`, also the scope values that rule read (every rule's, when the default was taken):
+    "... because 'asks about a refund' (read question = 'Can I get a refund…')"."""
     rules = evidence.get("rules", []) if isinstance(evidence, dict) else []
-    matched = [r["rule"] for r in rules if r.get("matched")]
-    why = f" because '{matched[0]}'" if matched else ""
-    return f"{stage} chose '{chosen}'{why}"
+    matched = [r for r in rules if r.get("matched")]
+    why = f" because '{matched[0]['rule']}'" if matched else ""
+    if values and rules and not matched:
+        why = " by default (no rule matched)"
+    text = f"{stage} chose '{chosen}'{why}"
+    if values:
+        read: dict[str, Any] = {}
+        for rule in matched[:1] or rules:
+            read.update(rule.get("read") or {})
+        if read:
+            text += " (read " + ", ".join(f"{path} = {_value(v, 48)!r}" if isinstance(v, str) else
+                                          f"{path} = {_value(v, 48)}" for path, v in read.items()) + ")"
+    return text
 
 
 def describe(d: dict[str, Any]) -> str:
