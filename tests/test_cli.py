@@ -220,7 +220,7 @@ def test_backtrack_text_only_json_mermaid(db):
     code, out = cli("backtrack", run_id, "answer", "--db", db["path"], "--mermaid")
     assert code == 0 and out.startswith("flowchart BT")
 
-    code, out = cli("backtrack", run_id, "nothing_here", "--db", db["path"])
+    code, out = cli("backtrack", run_id, "question", "--db", db["path"])  # a field no stage wrote: the input
     assert code == 0 and "never written" in out
 
 
