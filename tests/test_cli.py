@@ -121,7 +121,7 @@ def test_runs_table_and_json(db):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject",
-                                "error"]
+                                "error", "degraded"]
     for run_id in db["runs"] + [db["failed"], db["outer"]]:
         assert run_id in out
     assert db["child"] not in out  # subflow children are listed under their parent
