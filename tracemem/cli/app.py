@@ -20,7 +20,9 @@ ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMAND
 def build_parser(extra: Optional[Commands] = None) -> argparse.ArgumentParser:
     """The argument parser of every engine command, plus `extra` ones."""
     common = common_options()
-    ap = argparse.ArgumentParser(prog="tracemem", description=(__doc__ or "").splitlines()[0], parents=[common])
+    ap = argparse.ArgumentParser(prog="tracemem", parents=[common], description=(
+        "Look into a tracemem store: the runs recorded in it, why a value is what it is, its memories, "
+        "plain SQL. `tracemem COMMAND --help` explains each command."))
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, setup, _) in {**ENGINE_COMMANDS, **(extra or {})}.items():
         setup(sub.add_parser(name, parents=[common], help=help_text, description=help_text))
