@@ -176,9 +176,9 @@ def test_memory_flag_forget_and_supersede_keep_the_trail(capsys, db, copy):
 def test_memory_commands_refuse_bad_input_with_one_line(capsys, db, copy):
     code, _, err = cli(capsys, "memory", "flag", "m_nosuch", "stale", "--reason", "x", "--db", copy)
     assert code == 1 and err.startswith("tracemem: error: no memory 'm_nosuch'") and err.count("\n") == 1
-    with pytest.raises(SystemExit):  # a state that does not exist, and a flag without a reason
-        main(["memory", "flag", db["first"], "wrong", "--reason", "x", "--db", copy])
-    with pytest.raises(SystemExit):
+    code, _, err = cli(capsys, "memory", "flag", db["first"], "wrong", "--reason", "x", "--db", copy)
+    assert code == 1 and "state 'wrong' is not one of fresh, reviewed, stale, contradicted" in err
+    with pytest.raises(SystemExit):  # a flag without a reason
         main(["memory", "flag", db["first"], "stale", "--db", copy])
     code, _, err = cli(capsys, "memory", "supersede", db["first"], db["first"], "--db", copy)
     assert code == 1 and "cannot supersede itself" in err

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..memory.records import REVIEW_STATES
 from .common import Commands, common_options, open_store, wants_json
 from .render import table, to_json
 
@@ -20,7 +19,8 @@ def setup_memory(p: argparse.ArgumentParser) -> None:
     flag = sub.add_parser("flag", parents=[common], help="set a memory's review state (stale and contradicted "
                                                          "keep it out of recall), with the reason")
     flag.add_argument("memory_id", help="the memory to flag (an id as `tracemem memories` lists it)")
-    flag.add_argument("state", choices=REVIEW_STATES, help=f"the new review state ({', '.join(REVIEW_STATES)})")
+    # the memory API checks the state (importing tracemem.memory here would slow every command's start)
+    flag.add_argument("state", help="the new review state: fresh, reviewed, stale or contradicted")
     flag.add_argument("--reason", required=True, help="why (kept in memory_events; required)")
     forget = sub.add_parser("forget", parents=[common], help="soft-delete a memory: it leaves every search and "
                                                              "listing but stays for audit")
