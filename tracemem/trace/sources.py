@@ -2,7 +2,10 @@
 
 For any step on a trace, the rows that step emitted (`model_calls`,
 `memory_uses`, `snapshot_uses`) become nodes, and from a memory the walk
-continues, through its provenance, into the run and step that extracted it.
+continues, through its provenance, into the run and step that extracted it —
+following there only what explains the memory: the extraction's model call and
+the reads that carried the user's turn (the question, the turn id), not the
+values a model wrote (the assistant's reply), which the extraction also read.
 The walker calls `step_sources` for every write and step it expands.
 """
 from __future__ import annotations
@@ -95,7 +98,7 @@ def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], 
         return
     if record.source_step is None:
         return
-    child = w.step_node(origin, record.source_step, depth + 1)
+    child = w.step_node(origin, record.source_step, depth + 1, turn_only=True)
     w.g.nodes[child]["source_ref"] = record.source_ref
     w.g.nodes[child]["extracted"] = record.memory_id
     w.link(node, child, "provenance")
