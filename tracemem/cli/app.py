@@ -8,11 +8,11 @@ from typing import Any, Optional, Sequence
 import duckdb
 
 from ..errors import TracememError
-from . import data, explain, graph, runs
+from . import data, explain, graph, runs, ui
 from .common import Commands
 from .render import Visible, visible
 
-ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMANDS, **graph.COMMANDS}
+ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMANDS, **graph.COMMANDS, **ui.COMMANDS}
 
 
 def _parent() -> argparse.ArgumentParser:
