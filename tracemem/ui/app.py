@@ -87,6 +87,7 @@ def serve(db: str, *, host: str = "127.0.0.1", port: int = 8765, allow_edit: boo
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)  # connections queue from now on, before the server loop starts
     except OSError as err:
         sock.close()
         raise TracememError(f"cannot listen on {host}:{port} ({err.strerror}); pick another port with --port N "

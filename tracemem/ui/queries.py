@@ -99,9 +99,13 @@ class RunFilter:
         return ("WHERE " + " AND ".join(where)) if where else "", params
 
 
+# run times are TIMESTAMP_NS: a bound outside what nanoseconds can hold is clamped to the ends
+EARLIEST, LATEST = datetime(1678, 1, 1), datetime(2262, 4, 11)
+
+
 def _when(name: str, text: str) -> datetime:
     try:
-        return datetime.fromisoformat(text)
+        return min(max(datetime.fromisoformat(text), EARLIEST), LATEST)
     except ValueError:
         raise UsageError(f"{name} must be a date or date and time (e.g. 2026-01-31 or 2026-01-31T09:30, UTC), "
                          f"got {text!r}") from None
