@@ -61,10 +61,10 @@ def chromium(width: int = 1500, height: int = 1000) -> Iterator[Any]:
 
 
 @contextmanager
-def serve_ui(db: str, *extra: str) -> Iterator[str]:
-    """`tracemem ui --db DB --port 0` as a real process; yields its URL (ends with '/')."""
+def serve_ui(db: str, *extra: str, cwd: Optional[str] = None) -> Iterator[str]:
+    """`tracemem ui --db DB --port 0` as a real process (in `cwd`); yields its URL (ends with '/')."""
     proc = subprocess.Popen([TRACEMEM, "ui", "--db", db, "--port", "0", *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, cwd=cwd)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         found = re.search(r"http://127\.0\.0\.1:\d+/", line)
