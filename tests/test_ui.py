@@ -105,6 +105,12 @@ def explode(s):
     raise ValueError("the model returned nonsense")
 
 
+def more(s):
+    return s.n < 150
+
+
+LONG = (Pipeline("long", Shape, max_iterations=200).then(a).then(b).loop_to("a", when=more, max_iterations=200)
+        .then(finish).build())
 SHAPES = (Pipeline("shapes", Shape, max_iterations=5).then(a).fork(b, c).loop_to("a", when=again, max_iterations=5)
           .subflow(Pipeline("inner", Shape).then(upper).build(), inputs={"text": "left"}, outputs={"out": "out"})
           .then(finish).build())
@@ -117,7 +123,8 @@ def shapes(tmp_path_factory) -> dict[str, Any]:
         run = SHAPES.run({}, store=store, subject="ana")
         failed = Pipeline("broken", Shape).then(a).then(explode).build().run({}, store=store, raise_on_error=False)
         xss = Pipeline("<script>alert(1)</script>", Shape).then(a).build().run({}, store=store)
-    return {"path": path, "run": run, "failed": failed.run_id, "xss": xss.run_id}
+        long = LONG.run({}, store=store)
+    return {"path": path, "run": run, "failed": failed.run_id, "xss": xss.run_id, "long": long}
 
 
 # -- runs ----------------------------------------------------------------------------------------------
@@ -285,6 +292,26 @@ def test_fork_loop_subflow_and_failure(shapes):
     assert f'data-run="{run.children[0].run_id}"' not in web.get("/runs").text
 
 
+def test_a_long_run_is_shown_a_page_of_steps_at_a_time(shapes):
+    web = client(shapes["path"])
+    run = shapes["long"]
+    assert len(run.steps) > 400
+    first = web.get(f"/runs/{run.run_id}").text
+    assert 'id="step-1"' in first and 'id="step-200"' in first and 'id="step-201"' not in first
+    assert f'href="?at=201#steps"' in first and first.count('class="bar ') == 200
+    assert first.count('data-node="a"') == 1  # the stage graph is the whole run's
+    middle = web.get(f"/runs/{run.run_id}?at=300").text
+    assert 'id="step-201"' in middle and 'id="step-300"' in middle and 'id="step-1"' not in middle
+    # step 201 reads what step 200 wrote, which is on the first page: the link goes there
+    assert re.search(r'href="\?at=(19\d|200)#w-(19\d|200)-\d+" class="read-source"', middle)
+    assert web.get(f"/runs/{run.run_id}?at=x").status_code == 400
+    trace = web.get(f"/runs/{run.run_id}/backtrack?path=answer").text
+    assert 'id="truncated"' in trace and "Walk deeper" in trace
+    deep = web.get(f"/runs/{run.run_id}/backtrack?path=answer&depth=100000&nodes=20000").text
+    assert 'id="truncated"' not in deep
+    assert web.get(f"/runs/{run.run_id}/backtrack?depth=0").status_code == 400
+
+
 def test_stored_text_is_escaped(shapes):
     web = client(shapes["path"])
     page = web.get("/runs").text
@@ -315,7 +342,7 @@ def test_backtrack_names_the_bad_memory_and_where_it_was_learned(web, demo):
     assert demo["memory"] in memories and f"run {demo['learned_run'][:8]} step 7" in memories
     assert f'turn <strong class="turn">{demo["turn"]}</strong>' in memories
     assert "other-run" in page  # nodes recorded in the run the memory was learned in
-    assert f'href="/runs/{demo["learned_run"]}#step-7"' in page  # the extracting step, linked
+    assert f'href="/runs/{demo["learned_run"]}?at=7#step-7"' in page  # the extracting step, linked
     assert 'id="explain"' in page and "answer = Yes: your refund window is 365 days" in page
     assert 'class="label correlational"' in page and "not a causal attribution" in page
 

@@ -17,9 +17,21 @@ from .run_view import written_paths
 from .trace_view import memory_sources, trace_svg
 from .web import render, run_url, source
 
-__all__ = ["ONLY_KINDS", "ROUTES"]
+__all__ = ["DEPTH", "NODES", "ONLY_KINDS", "ROUTES"]
 
+DEPTH, NODES = 64, 2000  # run.backtrack's own budget, unless the page asks for a deeper walk
 ONLY_KINDS = ("memory", "model_call", "prompt_section", "run", "decision", "input", "step")
+
+
+def _bound(request: Request, name: str, default: int, most: int) -> int:
+    raw = request.query_params.get(name)
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise UsageError(f"{name} must be a whole number, got {raw!r}") from None
+    if not 1 <= value <= most:
+        raise UsageError(f"{name} must be between 1 and {most}, got {value}")
+    return value
 
 
 def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[str], str]:
@@ -29,7 +41,9 @@ def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[st
     path = given[-1] if given else default_path(paths)
     if not path:
         raise UsageError(f"run {run_id} wrote nothing, so there is no value to backtrack; pick another run")
-    return run, run.backtrack(path), paths, path
+    depth = _bound(request, "depth", DEPTH, 100_000)
+    nodes = _bound(request, "nodes", NODES, 20_000)
+    return run, run.backtrack(path, max_depth=depth, max_nodes=nodes), paths, path
 
 
 def backtrack_page(request: Request) -> Response:
@@ -48,7 +62,8 @@ def backtrack_page(request: Request) -> Response:
                       focus=focus or "", kinds=ONLY_KINDS, graph=graph, hidden=hidden,
                       explain=trace.explain(max_lines=200, only=only, focus=focus),
                       memories=memory_sources(trace), influence=trace.influence() if not trace.missing else [],
-                      reached=trace.runs(), nodes=trace.graph.number_of_nodes(), shown=shown.graph.number_of_nodes())
+                      reached=trace.runs(), nodes=trace.graph.number_of_nodes(), shown=shown.graph.number_of_nodes(),
+                      deeper=_bound(request, "depth", DEPTH, 100_000) * 8)
 
 
 def backtrack_json(request: Request) -> Response:

@@ -20,44 +20,41 @@ from ..errors import UsageError
 from ..memory.errors import MemoryNotFoundError
 from ..memory.records import REVIEW_STATES
 from ..store import StoreLockedError
+from .queries import rows
 from .web import check_token, render, source
 
 __all__ = ["ROUTES", "memory_uses"]
-
-
-def _rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
 
 def memories(request: Request) -> Response:
     subject = (request.query_params.get("subject") or "").strip()
     everything = bool(request.query_params.get("all"))
     with source(request).reading() as store:
-        subjects = _rows(store.sql(
+        subjects = rows(
+            store,
             "SELECT subject, count(*) FILTER (WHERE deleted_at IS NULL) AS live, count(*) AS total, "
             "count(*) FILTER (WHERE review_state IN ('stale', 'contradicted') AND deleted_at IS NULL) AS flagged "
-            "FROM memories GROUP BY subject ORDER BY subject LIMIT 1000"))
+            "FROM memories GROUP BY subject ORDER BY subject LIMIT 1000")
         if not subject and len(subjects) == 1:
             subject = subjects[0]["subject"]
         records, uses = [], {}
         if subject:
             records = store.memory.list(subject, include_forgotten=everything)
-            uses = {r[0]: (r[1], r[2]) for r in store.sql(
-                "SELECT u.memory_id, count(*) FILTER (WHERE u.outcome = 'injected'), "
-                "count(*) FILTER (WHERE u.outcome <> 'injected') FROM memory_uses u "
-                "WHERE u.memory_id IN (SELECT memory_id FROM memories WHERE subject = ?) GROUP BY 1",
-                [subject]).fetchall()}
+            uses = {r["memory_id"]: (r["injected"], r["excluded"]) for r in rows(
+                store, "SELECT u.memory_id, count(*) FILTER (WHERE u.outcome = 'injected') AS injected, "
+                "count(*) FILTER (WHERE u.outcome <> 'injected') AS excluded FROM memory_uses u "
+                "WHERE u.memory_id IN (SELECT memory_id FROM memories WHERE subject = ?) GROUP BY 1", [subject])}
     return render(request, "memories.html", subjects=subjects, subject=subject, records=records, uses=uses,
                   everything=everything)
 
 
 def memory_uses(store: Any, memory_id: str) -> list[dict[str, Any]]:
     """Every recorded use of a memory: run, step and stage, injected or excluded, and why."""
-    return _rows(store.sql(
+    return rows(store,
         "SELECT u.run_id, u.step, s.stage, u.outcome, u.reason, u.score, u.rank, r.started_at, r.status, r.query "
         "FROM memory_uses u LEFT JOIN runs r USING (run_id) "
         "LEFT JOIN steps s ON s.run_id = u.run_id AND s.step = u.step "
-        "WHERE u.memory_id = ? ORDER BY r.started_at, u.run_id, u.step", [memory_id]))
+        "WHERE u.memory_id = ? ORDER BY r.started_at, u.run_id, u.step", [memory_id])
 
 
 def memory(request: Request) -> Response:
@@ -69,9 +66,9 @@ def memory(request: Request) -> Response:
             record = None
         history = store.memory.history(memory_id)  # MemoryNotFoundError (404) when it never existed
         uses = memory_uses(store, memory_id)
-        prompts = _rows(store.sql(
-            "SELECT run_id, prompt_id, idx, step FROM prompt_sections WHERE source_kind = 'memory' "
-            "AND source_id = ? ORDER BY run_id, prompt_id, idx", [memory_id]))
+        prompts = rows(store, "SELECT run_id, prompt_id, idx, step FROM prompt_sections "
+                              "WHERE source_kind = 'memory' AND source_id = ? ORDER BY run_id, prompt_id, idx",
+                       [memory_id])
     return render(request, "memory.html", memory_id=memory_id, record=record, history=history, uses=uses,
                   prompts=prompts, states=REVIEW_STATES, done=request.query_params.get("done", ""))
 

@@ -1,29 +1,58 @@
-"""The runs list as SQL over the public tables: filters, one page, the total, and a change token.
+"""The viewer's own SQL over the public tables, and the runs list: filters, a page, the total, a change token.
 
 `store.runs()` answers "the newest N runs"; the viewer also needs an offset, an id prefix, the
-question each run answered, feedback, and a count, so it asks the store's SQL (the `runs`, `steps`
-and `feedback` tables are the documented contract). The `feedback` table comes with the
-accountability work and may be missing: its filter and column appear only when it exists.
+question and answer of each run, feedback, and a count, so it queries the documented tables
+(`runs`, `steps`, `feedback`...). The `feedback` table comes with the accountability work and may
+be missing: its filter and column appear only when it exists.
+
+`rows()` runs these fixed, parameterised SELECTs on the store's own connection, which a read-only
+Store opens read-only (DuckDB refuses any change on it). `store.sql()` on a read-only store runs
+in a second, fenced DuckDB instance (store/user_sql.py) because its SQL is typed by a person; the
+viewer sends SQL a person typed only there (the SQL page). Building the fence costs a new DuckDB
+instance attaching the file, about 80 ms, and the viewer opens the store for every request (it
+must not hold the file: see source.py), so its own queries skip it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
-from ..errors import UsageError
+from ..errors import TracememError, UsageError
 
-__all__ = ["KNOWN_STATUSES", "RunFilter", "RunsPage", "has_table", "options", "runs_page", "runs_version"]
+__all__ = ["KNOWN_STATUSES", "RunFilter", "RunsPage", "has_table", "options", "resolve", "rows", "runs_page", "runs_version"]
 
 KNOWN_STATUSES = ("ok", "failed", "running", "paused", "interrupted")
 FEEDBACK_CHOICES = ("any", "none", "wrong", "right")
 
 
+def rows(store: Any, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """The rows of one of the viewer's own SELECTs, as dicts (see the module docstring)."""
+    with store.lock:
+        cursor = store.con.cursor()
+        try:
+            result = cursor.execute(query, list(params))
+            columns = [d[0] for d in result.description]
+            return [dict(zip(columns, r)) for r in result.fetchall()]
+        finally:
+            cursor.close()
+
+
+def resolve(store: Any, ref: str) -> str:
+    """A full run id from a unique prefix, as the CLI takes them."""
+    found = [r["run_id"] for r in rows(store, "SELECT run_id FROM runs WHERE starts_with(run_id, ?) "
+                                              "ORDER BY run_id = ? DESC LIMIT 3", [ref, ref])]
+    if not found:
+        raise TracememError(f"no run '{ref}' in {store.snapshot_of or store.path}; see the runs page")
+    if found[0] != ref and len(found) > 1:
+        raise UsageError(f"run prefix '{ref}' is ambiguous ({', '.join(found)}…); give more characters")
+    return found[0]
+
+
 def has_table(store: Any, table: str, *columns: str) -> bool:
     """Whether the store has `table` (with every one of `columns`)."""
-    rows = store.sql("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-                     "AND table_schema = 'main'", [table]).fetchall()
-    have = {r[0] for r in rows}
+    have = {r["column_name"] for r in rows(store, "SELECT column_name FROM information_schema.columns "
+                                                  "WHERE table_name = ? AND table_schema = 'main'", [table])}
     return bool(have) and set(columns) <= have
 
 
@@ -127,23 +156,28 @@ def runs_page(store: Any, flt: RunFilter) -> RunsPage:
     """The page `flt` asks for, each run with its step count (and latest verdict, with feedback)."""
     feedback = has_table(store, "feedback", "run_id", "verdict")
     clause, params = flt.where(feedback)
-    total = store.sql(f"SELECT count(*) FROM runs r {clause}", params).fetchall()[0][0]
+    total = rows(store, f"SELECT count(*) AS n FROM runs r {clause}", params)[0]["n"]
     offset = (flt.page - 1) * flt.per_page
-    verdict = ("(SELECT f.verdict FROM feedback f WHERE f.run_id = p.run_id ORDER BY rowid DESC LIMIT 1)"
-               if feedback else "NULL")
-    rel = store.sql(f"""
-        WITH p AS (SELECT r.run_id, r.pipeline, r.status, r.error, r.started_at, r.ended_at, r.subject,
-                          r.parent_run_id, r.query, json_extract_string(r.output, '$.answer') AS answer
-                   FROM runs r {clause} ORDER BY r.started_at DESC, r.run_id LIMIT {int(flt.per_page)}
-                   OFFSET {int(offset)}),
-             n AS (SELECT s.run_id, count(*) AS steps FROM steps s WHERE s.run_id IN (SELECT run_id FROM p)
-                   GROUP BY s.run_id)
-        SELECT p.*, round(epoch_ns(p.ended_at - p.started_at) / 1e6, 3) AS duration_ms,
-               coalesce(n.steps, 0) AS steps, {verdict} AS verdict
-        FROM p LEFT JOIN n USING (run_id) ORDER BY p.started_at DESC, p.run_id""", params)
-    cols = rel.columns
-    rows = [dict(zip(cols, r)) for r in rel.fetchall()]
-    return RunsPage(rows, total, max(1, -(-total // flt.per_page)), feedback, runs_version(store, flt, feedback))
+    page = rows(store, f"""
+        SELECT r.run_id, r.pipeline, r.status, r.error, r.started_at, r.ended_at, r.subject, r.parent_run_id,
+               r.query, json_extract_string(r.output, '$.answer') AS answer,
+               round(epoch_ns(r.ended_at - r.started_at) / 1e6, 3) AS duration_ms
+        FROM runs r {clause} ORDER BY r.started_at DESC, r.run_id LIMIT {int(flt.per_page)} OFFSET {int(offset)}""",
+                params)
+    ids = [r["run_id"] for r in page]
+    counts: dict[str, int] = {}
+    verdicts: dict[str, Any] = {}
+    if ids:  # only the page's runs: a scan of `steps` with a short IN list
+        marks = ", ".join("?" * len(ids))
+        counts = {r["run_id"]: r["n"] for r in rows(
+            store, f"SELECT run_id, count(*) AS n FROM steps WHERE run_id IN ({marks}) GROUP BY run_id", ids)}
+        if feedback:
+            verdicts = {r["run_id"]: r["verdict"] for r in rows(
+                store, f"SELECT run_id, arg_max(verdict, rowid) AS verdict FROM feedback WHERE run_id IN ({marks}) "
+                       f"GROUP BY run_id", ids)}
+    for r in page:
+        r["steps"], r["verdict"] = counts.get(r["run_id"], 0), verdicts.get(r["run_id"])
+    return RunsPage(page, total, max(1, -(-total // flt.per_page)), feedback, runs_version(store, flt, feedback))
 
 
 def runs_version(store: Any, flt: RunFilter, feedback: Optional[bool] = None) -> str:
@@ -151,18 +185,17 @@ def runs_version(store: Any, flt: RunFilter, feedback: Optional[bool] = None) ->
     if feedback is None:
         feedback = has_table(store, "feedback", "run_id", "verdict")
     clause, params = flt.where(feedback)
-    row = store.sql(f"SELECT count(*), max(r.started_at), max(r.ended_at), "
-                    f"count(*) FILTER (WHERE r.status IN ('running', 'paused')) FROM runs r {clause}",
-                    params).fetchall()[0]
-    return "|".join(str(v) for v in row)
+    row = rows(store, f"SELECT count(*) AS n, max(r.started_at) AS s, max(r.ended_at) AS e, "
+                      f"count(*) FILTER (WHERE r.status IN ('running', 'paused')) AS live FROM runs r {clause}",
+               params)[0]
+    return "|".join(str(v) for v in row.values())
 
 
 def options(store: Any, limit: int = 200) -> dict[str, list[str]]:
     """Values to offer in the filters: pipelines, statuses and subjects seen (at most `limit` each)."""
     out: dict[str, list[str]] = {}
     for column in ("pipeline", "status", "subject"):
-        out[column] = [r[0] for r in store.sql(
-            f"SELECT DISTINCT {column} FROM runs WHERE {column} IS NOT NULL ORDER BY 1 LIMIT {int(limit)}"
-        ).fetchall()]
+        out[column] = [r["v"] for r in rows(
+            store, f"SELECT DISTINCT {column} AS v FROM runs WHERE {column} IS NOT NULL ORDER BY 1 LIMIT {int(limit)}")]
     out["status"] = list(dict.fromkeys([*KNOWN_STATUSES, *out["status"]]))
     return out

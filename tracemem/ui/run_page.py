@@ -12,11 +12,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..cli.common import resolve_run
-from ..errors import TracememError
+from ..errors import TracememError, UsageError
 from ..text import clip
-from .queries import has_table
-from .run_view import build_steps, value_text, written_paths
+from .queries import has_table, resolve, rows
+from .run_view import STEP_WINDOW, build_steps, value_text, window, written_paths
 from .scope_diff import scope_at
 from .timeline import stage_graph, timeline
 from .web import render, run_url, source
@@ -27,7 +26,7 @@ __all__ = ["ROUTES", "canonical", "default_path"]
 def canonical(request: Request, store: Any) -> tuple[str, Optional[Response]]:
     """The full run id of the URL's `run_id`, and a redirect when the URL gave only a prefix."""
     given = request.path_params["run_id"]
-    run_id = resolve_run(store, given)
+    run_id = resolve(store, given)
     if run_id == given:
         return run_id, None
     path = request.url.path.replace(f"/runs/{given}", run_url(run_id), 1)
@@ -40,15 +39,21 @@ def default_path(paths: list[str]) -> str:
     return "answer" if "answer" in paths else (paths[-1] if paths else "")
 
 
+def _int(request: Request, name: str) -> Optional[int]:
+    raw = request.query_params.get(name)
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        raise UsageError(f"{name} must be a step number, got {raw!r}") from None
+
+
 def _extra(store: Any, run: Any) -> dict[str, Any]:
     """Rows of tables the run loader may not know yet: tool calls and feedback, when the store has them."""
     out: dict[str, Any] = {"tool_calls": None, "feedback": []}
     if "tool_calls" not in run.rows and has_table(store, "tool_calls", "run_id", "step"):
-        rel = store.sql("SELECT * FROM tool_calls WHERE run_id = ? ORDER BY step", [run.run_id])
-        out["tool_calls"] = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+        out["tool_calls"] = rows(store, "SELECT * FROM tool_calls WHERE run_id = ? ORDER BY step", [run.run_id])
     if has_table(store, "feedback", "run_id"):
-        rel = store.sql("SELECT * FROM feedback WHERE run_id = ?", [run.run_id])
-        out["feedback"] = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+        out["feedback"] = rows(store, "SELECT * FROM feedback WHERE run_id = ?", [run.run_id])
     return out
 
 
@@ -59,11 +64,14 @@ def run_page(request: Request) -> Response:
             return redirect
         run = store.run(run_id)
         extra = _extra(store, run)
-        steps = build_steps(run, extra["tool_calls"])
-        rows, hidden = timeline(run)
+        win = window(run, at=_int(request, "at"), prompt=request.query_params.get("prompt"))
+        steps = build_steps(run, extra["tool_calls"], win)
+        rows, hidden = timeline(run, win.lo, win.hi)
         paths = written_paths(run)
-        return render(request, "run.html", run=run, steps=steps, graph=stage_graph(run), timeline=rows,
-                      hidden=hidden, paths=paths, path=default_path(paths), feedback=extra["feedback"],
+        pages = [(lo, min(lo + STEP_WINDOW, win.total)) for lo in range(0, win.total, STEP_WINDOW)]
+        return render(request, "run.html", run=run, steps=steps, graph=stage_graph(run, win.href), timeline=rows,
+                      hidden=hidden, paths=paths, path=default_path(paths), feedback=extra["feedback"], win=win,
+                      pages=pages,
                       input=json.dumps(run.input, indent=1, ensure_ascii=False, default=str),
                       output=json.dumps(json.loads(run.output_json or "null"), indent=1, ensure_ascii=False))
 

@@ -15,7 +15,8 @@ from ..record import Step
 from ..run import Run
 from ..text import clip
 
-__all__ = ["SECTION_LABELS", "StepView", "build_steps", "value_text", "written_paths"]
+__all__ = ["SECTION_LABELS", "STEP_WINDOW", "StepView", "Window", "build_steps", "value_text", "window",
+           "written_paths"]
 
 SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
                   "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
@@ -23,6 +24,36 @@ SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]"
 SHOWN_TABLES = {"model_calls", "prompts", "prompt_sections", "memory_uses", "snapshot_uses", "subflows",
                 "tool_calls", "run_embeddings"}
 VALUE_CLIP = 200
+STEP_WINDOW = 200  # steps per page of a long run: a 1,000-step run is five pages, not one of a megabyte
+
+
+@dataclass
+class Window:
+    """Which steps of a run one page shows: run.steps[lo:hi]."""
+
+    lo: int
+    hi: int
+    total: int
+    numbers: frozenset[int] = frozenset()
+
+    def href(self, step: Optional[int], anchor: str) -> str:
+        """A link to `#anchor` on the page that shows `step` (this one, or the page of the run that does)."""
+        if step is None or step in self.numbers:
+            return f"#{anchor}"
+        return f"?at={step}#{anchor}"
+
+
+def window(run: Run, at: Optional[int] = None, prompt: Optional[str] = None, size: int = STEP_WINDOW) -> Window:
+    """The page of steps holding step `at` (or the model call of prompt `prompt`); the first page by default."""
+    numbers = [s.step for s in run.steps]
+    if at is None and prompt:
+        calls = [c["step"] for c in run.rows.get("model_calls", ()) if c.get("prompt_id") == prompt]
+        made = [p["step"] for p in run.rows.get("prompts", ()) if p.get("prompt_id") == prompt]
+        at = (calls or made or [None])[0]
+    index = numbers.index(at) if at in numbers else 0
+    lo = index // size * size
+    hi = min(lo + size, len(numbers))
+    return Window(lo, hi, len(numbers), frozenset(numbers[lo:hi]))
 
 
 @dataclass
@@ -82,9 +113,12 @@ def _decision(chosen: str, evidence: Any) -> dict[str, Any]:
             "evidence": json.dumps(evidence, indent=1, ensure_ascii=False, default=str)}
 
 
-def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None) -> list[StepView]:
-    """Every step of `run` with its rows; `tool_calls` when the store has them outside `run.rows`."""
-    views = {s.step: StepView(s, round((s.ended_at - s.started_at) / 1e6, 3)) for s in run.steps}
+def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None,
+                win: Optional[Window] = None) -> list[StepView]:
+    """The steps of `run` in `win` (all by default) with their rows; `tool_calls` when the store has them
+    outside `run.rows`. Reads link to the write they saw, on this page or the page that shows it."""
+    win = win or window(run, size=max(len(run.steps), 1))
+    views = {s.step: StepView(s, round((s.ended_at - s.started_at) / 1e6, 3)) for s in run.steps[win.lo:win.hi]}
     for r in run.reads:
         view = views.get(r.step)
         if view is None:
@@ -92,7 +126,8 @@ def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None) -> 
         if r.source_step is None:
             view.reads.append({"path": r.path, "source": "input", "href": "#input", "label": "run input"})
         else:
-            view.reads.append({"path": r.path, "source": "write", "href": f"#w-{r.source_step}-{r.source_seq}",
+            view.reads.append({"path": r.path, "source": "write",
+                               "href": win.href(r.source_step, f"w-{r.source_step}-{r.source_seq}"),
                                "label": f"write {r.source_step}.{r.source_seq}"})
     for w in run.writes:
         view = views.get(w.step)
@@ -134,4 +169,4 @@ def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None) -> 
         for step, items in _by_step(list(rows)).items():
             if step in views:
                 views[step].other[table] = items
-    return [views[s.step] for s in run.steps]
+    return [views[s.step] for s in run.steps[win.lo:win.hi]]

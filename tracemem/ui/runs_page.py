@@ -23,9 +23,10 @@ def home(request: Request) -> Response:
 
 def runs(request: Request) -> Response:
     flt = RunFilter.from_query(request.query_params)
-    with source(request).reading() as store:
+    src = source(request)
+    with src.reading() as store:
         page = runs_page(store, flt)
-        choices = options(store)
+        choices = src.memo("options", lambda: options(store))
     return render(request, "runs.html", flt=flt, page=page, choices=choices)
 
 

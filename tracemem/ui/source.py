@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..store import Store
 
@@ -52,6 +52,8 @@ class Source:
         self.lock = threading.Lock()
         self.note = ""  # why the data shown may be a copy (set while a snapshot is in use)
         self.served = ""  # file_version() of the data the last request read
+        self._memo: dict[str, Any] = {}
+        self._memo_version = ""
         self._snapshot: Optional[Store] = None
         self._snapshot_version = ""
         self._snapshot_at = 0.0
@@ -71,6 +73,15 @@ class Source:
             finally:
                 if owned:
                     store.close()
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """`compute()`, remembered until the file changes (for facts like which tables exist, or the
+        pipelines and subjects a filter offers); call it inside `reading()`."""
+        if self._memo_version != self.served:
+            self._memo, self._memo_version = {}, self.served
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def _open(self) -> tuple[Store, bool]:
         version = file_version(self.path)

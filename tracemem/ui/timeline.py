@@ -7,7 +7,7 @@ one column of the stage graph, one row of parallel lanes in the timeline.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Optional
 
 from ..record import Step
 from ..run import Run
@@ -29,7 +29,7 @@ def units(steps: list[Step]) -> list[list[Step]]:
     return out
 
 
-def stage_graph(run: Run) -> str:
+def stage_graph(run: Run, href: Callable[[int, str], str] = lambda step, anchor: f"#{anchor}") -> str:
     """The stages that ran, as an SVG: one column per unit in first-run order, an arrow per transition
     (labelled with the branch a decider chose, and ×N when taken N times); back edges are loops."""
     groups = units(run.steps)
@@ -64,7 +64,7 @@ def stage_graph(run: Run) -> str:
         total_ms = sum(x.ended_at - x.started_at for x in execs) / 1e6
         sub = f"{s.kind}" + (f" ×{len(execs)}" if len(execs) > 1 else "") + f" · {total_ms:.1f} ms"
         nodes.append(Node(stage, columns[layer[stage]], stage, sub,
-                          f"kind-{s.kind}" + (" failed" if failed else ""), f"#step-{s.step}",
+                          f"kind-{s.kind}" + (" failed" if failed else ""), href(s.step, f"step-{s.step}"),
                           f"{stage}: {len(execs)} run(s), first at step {s.step}"))
     return svg(layout(nodes, list(edges.values())), css_class="graph stage-graph", label=f"stage graph of {run.run_id}")
 
@@ -77,15 +77,15 @@ class TimelineRow:
     bars: list[dict[str, Any]]
 
 
-def timeline(run: Run, limit: int = 500) -> tuple[list[TimelineRow], int]:
-    """Rows for the first `limit` units, and how many units were left out."""
-    steps = run.steps
-    if not steps:
+def timeline(run: Run, lo: int = 0, hi: Optional[int] = None, limit: int = 500) -> tuple[list[TimelineRow], int]:
+    """Rows for steps[lo:hi] (at most `limit` units) on the scale of the whole run, and how many units
+    were left out."""
+    if not run.steps:
         return [], 0
-    start = min(s.started_at for s in steps)
-    end = max([s.ended_at for s in steps] + [run.ended_at or 0])
+    start = min(s.started_at for s in run.steps)
+    end = max([s.ended_at for s in run.steps] + [run.ended_at or 0])
     span = max(end - start, 1)
-    groups = units(steps)
+    groups = units(run.steps[lo:hi])
     rows = []
     for group in groups[:limit]:
         bars = [{"step": s.step, "stage": s.stage, "status": s.status, "kind": s.kind,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any, Optional
@@ -54,9 +55,21 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=1, ensure_ascii=False, default=str)
 
 
+STEP_ANCHOR = re.compile(r"#(?:step-|w-)(\d+)")
+PROMPT_ANCHOR = re.compile(r"#ps-(.+)-\d+$")
+
+
 def run_url(run_id: str, anchor: str = "") -> str:
-    """The link to a run's page (with `#anchor`, e.g. '#step-3')."""
-    return f"/runs/{quote(run_id, safe='')}{anchor}"
+    """The link to a run's page, or one of its pages (anchor '/backtrack'), or a place on it ('#step-3',
+    '#w-3-1', '#ps-<prompt>-<idx>'): a place carries the step (or prompt) as `at`/`prompt`, so a long
+    run opens on the page of steps that shows it."""
+    base = f"/runs/{quote(run_id, safe='')}"
+    step, prompt = STEP_ANCHOR.match(anchor), PROMPT_ANCHOR.match(anchor)
+    if step:
+        return f"{base}?at={step.group(1)}{anchor}"
+    if prompt:
+        return f"{base}?prompt={quote(prompt.group(1), safe='')}{anchor}"
+    return base + anchor
 
 
 def make_templates() -> Jinja2Templates:
