@@ -487,3 +487,11 @@ def test_cli_ui_serves_over_http_and_errors_are_one_line(demo, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_scope_diff_names_elements_not_containers():
+    from tracemem.ui.scope_diff import diff
+
+    rows = diff({"context": {}, "notes": ["a"], "n": 1}, {"context": {"policy": "30 days"}, "notes": [], "n": 2})
+    assert [(r["path"], r["change"]) for r in rows] == [("context.policy", "added"), ("n", "changed"),
+                                                        ("notes[0]", "removed")]

@@ -58,12 +58,13 @@ def backtrack_page(request: Request) -> Response:
         run, trace, paths, path = _trace(request, store, run_id)
         shown = trace.narrowed(only=only, focus=focus) if (only or focus) and not trace.missing else trace
         graph, hidden = trace_svg(shown, run_url)
-        return render(request, "backtrack.html", run=run, trace=trace, paths=paths, path=path, only=only or "",
-                      focus=focus or "", kinds=ONLY_KINDS, graph=graph, hidden=hidden,
-                      explain=trace.explain(max_lines=200, only=only, focus=focus),
-                      memories=memory_sources(trace), influence=trace.influence() if not trace.missing else [],
-                      reached=trace.runs(), nodes=trace.graph.number_of_nodes(), shown=shown.graph.number_of_nodes(),
-                      deeper=_bound(request, "depth", DEPTH, 100_000) * 8)
+        context = dict(run=run, trace=trace, paths=paths, path=path, only=only or "",
+                       focus=focus or "", kinds=ONLY_KINDS, graph=graph, hidden=hidden,
+                       explain=trace.explain(max_lines=200, only=only, focus=focus),
+                       memories=memory_sources(trace), influence=trace.influence() if not trace.missing else [],
+                       reached=trace.runs(), nodes=trace.graph.number_of_nodes(), shown=shown.graph.number_of_nodes(),
+                       deeper=_bound(request, "depth", DEPTH, 100_000) * 8)
+    return render(request, "backtrack.html", **context)
 
 
 def backtrack_json(request: Request) -> Response:

@@ -69,11 +69,12 @@ def run_page(request: Request) -> Response:
         rows, hidden = timeline(run, win.lo, win.hi)
         paths = written_paths(run)
         pages = [(lo, min(lo + STEP_WINDOW, win.total)) for lo in range(0, win.total, STEP_WINDOW)]
-        return render(request, "run.html", run=run, steps=steps, graph=stage_graph(run, win.href), timeline=rows,
-                      hidden=hidden, paths=paths, path=default_path(paths), feedback=extra["feedback"], win=win,
-                      pages=pages,
-                      input=json.dumps(run.input, indent=1, ensure_ascii=False, default=str),
-                      output=json.dumps(json.loads(run.output_json or "null"), indent=1, ensure_ascii=False))
+        context = dict(run=run, steps=steps, graph=stage_graph(run, win.href), timeline=rows,
+                       hidden=hidden, paths=paths, path=default_path(paths), feedback=extra["feedback"], win=win,
+                       pages=pages,
+                       input=json.dumps(run.input, indent=1, ensure_ascii=False, default=str),
+                       output=json.dumps(json.loads(run.output_json or "null"), indent=1, ensure_ascii=False))
+    return render(request, "run.html", **context)  # the file is closed again before the page is rendered
 
 
 def scope_page(request: Request) -> Response:
@@ -85,7 +86,7 @@ def scope_page(request: Request) -> Response:
         view = scope_at(run, request.path_params["step"])
         writes = [{"path": w.path, "verb": w.verb, "value": clip(value_text(w.value), 160),
                    "href": run_url(run_id, f"#w-{w.step}-{w.seq}")} for w in run.writes if w.step == view["step"].step]
-        return render(request, "scope.html", run=run, view=view, writes=writes)
+    return render(request, "scope.html", run=run, view=view, writes=writes)
 
 
 def value_page(request: Request) -> Response:

@@ -41,15 +41,22 @@ def _shown(value: Any) -> str:
 
 
 def diff(before: Any, after: Any) -> list[dict[str, str]]:
-    """Added, changed and removed leaf paths, in the order of the later state."""
+    """Added, changed and removed leaf paths, in the order of the later state. An empty list or dict that
+    filled up (or a full one emptied) shows as its elements added (or removed), not as a leaf of its own."""
     a, b = flatten(before), flatten(after)
+
+    def container(path: str, value: Any, other: dict[str, Any]) -> bool:
+        return value in ([], {}) and any(p.startswith((path + ".", path + "[")) for p in other)
+
     rows = []
     for path, value in b.items():
         if path not in a:
-            rows.append({"path": path, "change": "added", "before": "", "after": _shown(value)})
+            if not container(path, value, a):
+                rows.append({"path": path, "change": "added", "before": "", "after": _shown(value)})
         elif a[path] != value:
             rows.append({"path": path, "change": "changed", "before": _shown(a[path]), "after": _shown(value)})
-    rows += [{"path": p, "change": "removed", "before": _shown(v), "after": ""} for p, v in a.items() if p not in b]
+    rows += [{"path": p, "change": "removed", "before": _shown(v), "after": ""} for p, v in a.items()
+             if p not in b and not container(p, v, b)]
     return rows
 
 
