@@ -131,9 +131,9 @@ def main() -> None:
         r = web.get(url)
         if r.status_code != 200:
             raise SystemExit(f"{url} answered {r.status_code}: {r.text[:300]}")
-        found = re.search(r"· (\d+) nodes", r.text)
+        found = re.search(r"·\s+(\d+) nodes", r.text)
         if found:
-            nodes[url] = found.group(1) + (" (walk cut at its budget)" if 'id="truncated"' in r.text else "")
+            nodes[url] = f"{found.group(1)} nodes" + (", walk cut at its budget" if 'id="truncated"' in r.text else "")
         return float(r.headers["server-timing"].split("dur=")[1])
 
     pages = [("runs page", "/runs", 200), ("runs page, status=failed", "/runs?status=failed", 200),
@@ -160,7 +160,7 @@ def main() -> None:
     for label, url, goal in pages:
         ms = statistics.median(samples[url])
         verdict = "" if goal is None else f"goal ≤ {goal} ms: {'met' if ms <= goal else 'NOT met'}"
-        extra = f"  [{nodes[url]} nodes]" if url in nodes else ""
+        extra = f"  [{nodes[url]}]" if url in nodes else ""
         print(f"{label:34s} {ms:8.1f} ms  {ms / baseline:5.1f}x  {verdict}{extra}")
     print(f"load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores)")
 

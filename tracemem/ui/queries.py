@@ -76,7 +76,7 @@ class RunFilter:
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = (query.get(f.name) or "").strip()
-            if f.type == "int" or f.name in ("page", "per_page"):
+            if f.name in ("page", "per_page"):
                 if raw:
                     try:
                         values[f.name] = max(1, min(int(raw), 500 if f.name == "per_page" else 10 ** 9))

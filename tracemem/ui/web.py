@@ -39,7 +39,7 @@ def _ts(value: Any) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, int):  # ns since the epoch (steps)
-        return datetime.fromtimestamp(value / 1e9, timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+        return datetime.fromtimestamp(value / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return "" if value is None else str(value)
 
 
