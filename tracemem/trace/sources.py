@@ -4,9 +4,12 @@ For any step on a trace, the rows that step emitted (`model_calls`, `tool_calls`
 `memory_uses`, `snapshot_uses`) become nodes. A model call leads to its prompt
 sections and to what its step read (the conversation it was sent: a tool result
 there leads on to the tool step, and through it to the model call that asked for
-the tool); from a memory the walk continues, through its provenance, into the run
-and step that extracted it. The walker calls `step_sources` for every write and
-step it expands.
+the tool). From a memory the walk continues, through its provenance, into the run
+and step that extracted it — following there only what explains the memory: the
+extraction's model call and the reads that carried the user's turn (the question,
+the turn id), not the values a model wrote (the assistant's reply), which the
+extraction also read. The walker calls `step_sources` for every write and step it
+expands.
 """
 from __future__ import annotations
 
@@ -34,11 +37,12 @@ def _json(value: Any) -> Any:
     return value
 
 
-def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -> None:
+def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int, turn_only: bool = False) -> None:
+    """The nodes beyond the scope of one step (`turn_only`: the step that extracted a memory, see above)."""
     run_id = idx.run.run_id
     for call in idx.rows("model_calls", step):
         child = f"mc:{run_id}:{call['call_id']}"
-        if w.add(child, depth + 1, idx, (_expand_call, call), kind="model_call", run_id=run_id, step=step,
+        if w.add(child, depth + 1, idx, (_expand_call, call, turn_only), kind="model_call", run_id=run_id, step=step,
                  model=call["model"], prompt_id=call["prompt_id"], response=call["response"],
                  error=call.get("error"), input_tokens=call.get("input_tokens"),
                  output_tokens=call.get("output_tokens"), tool_calls=_json(call.get("tool_calls"))):
@@ -63,10 +67,12 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -
             w.link(node, child, "source")
 
 
-def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any]) -> None:
+def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any],
+                 turn_only: bool = False) -> None:
     if call.get("prompt_id"):
         _prompt_sections(w, node, depth, idx, call["prompt_id"])
-    w.read_sources(node, idx, idx.reads.get(call["step"], ()), depth)  # what the call was sent was read here
+    reads = idx.reads.get(call["step"], ())  # what the call was sent was read by its step
+    w.read_sources(node, idx, [r for r in reads if not idx.model_output(r)] if turn_only else reads, depth)
 
 
 def _prompt_sections(w: "Walker", node: str, depth: int, idx: RunIndex, prompt_id: str) -> None:
@@ -120,7 +126,7 @@ def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], 
         return
     if record.source_step is None:
         return
-    child = w.step_node(origin, record.source_step, depth + 1)
+    child = w.step_node(origin, record.source_step, depth + 1, turn_only=True)
     w.g.nodes[child]["source_ref"] = record.source_ref
     w.g.nodes[child]["extracted"] = record.memory_id
     w.link(node, child, "provenance")
