@@ -18,7 +18,6 @@ class AgentScope(BaseModel):
     question: str = ""  # this turn's user message
     turn_id: str = ""  # the host's id for this turn (kept as memory provenance)
     messages: list[Message] = []  # the conversation so far (assistant tool calls and tool results included)
-    pending_tool_calls: list[ToolCall] = []  # the tool calls the model's latest reply asked for (tool_agent)
     user: dict[str, str] = {}  # identity facts the host vouches for (server-trust)
     context: dict[str, Any] = {}  # other data the prompt should carry
     memories: list[dict[str, Any]] = []  # what recall injected
@@ -26,4 +25,5 @@ class AgentScope(BaseModel):
     snapshot: str = ""  # past-run context from load_snapshot
     prompt: str = ""  # the assembled system prompt
     prompt_id: str = ""
+    pending_tool_calls: list[ToolCall] = []  # the tool calls the model's latest reply asked for (tool_agent)
     answer: str = ""

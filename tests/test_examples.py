@@ -18,7 +18,9 @@ EXPECTED = {
     "learns_across_runs.py": ["route: network", "loaded as a snapshot", "routed from experience"],
     "remembers_across_sessions.py": ["rejected 1", "superseded by", "from Lisbon"],
     "credit_decision.py": ["because 'debt-to-income above 43%'", "(default)"],
-    "tool_loop.py": ["646.7 USD", "exceeded max_iterations=3"],
+    "tool_agent.py": ["delivered to the Lisbon office", "track_parcel({})  bad_arguments", "tool call lookup_order(",
+                      "section [Memory] line 1", "exceeded max_iterations=3"],
+    "streaming_chat.py": ["[requested lookup_order] [finished lookup_order] Order A7 has shipped", "Order B2"],
     "subflow.py": ["rejected: scam", "parent"],
     "sql_recipes.py": ["Slowest stages", "lookup_order", "contradicted", "flagged"],
 }

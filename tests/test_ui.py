@@ -315,10 +315,8 @@ def test_stored_text_is_escaped(shapes):
 def test_tool_calls_show_when_the_table_exists(demo, tmp_path):
     path = copy_store(demo["path"], str(tmp_path / "tools.duckdb"))
     with Store(path) as store:
-        store.sql("CREATE TABLE tool_calls (run_id VARCHAR, step INTEGER, call_id VARCHAR, name VARCHAR, "
-                  "arguments JSON, result VARCHAR)")
-        store.sql("INSERT INTO tool_calls VALUES (?, 6, 'tc1', 'lookup_order', '{\"id\": 7}', 'bought 60 days ago')",
-                  [demo["wrong"]])
+        store.sql("INSERT INTO tool_calls (run_id, step, call_id, name, arguments, result) "
+                  "VALUES (?, 6, 'tc1', 'lookup_order', '{\"id\": 7}', 'bought 60 days ago')", [demo["wrong"]])
     page = client(path).get(f"/runs/{demo['wrong']}").text
     assert "tool calls" in page and "lookup_order" in page and "bought 60 days ago" in page
 
