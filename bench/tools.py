@@ -124,6 +124,9 @@ def agent_runs_us(store: Optional[Store], flows: dict[str, Any], runs: int, roun
 
 def bench_agent(runs: int) -> None:
     own = per_call_us(lambda: lookup(city="Oslo", days=3), 20_000)
+    helper = ToolSet([tool(lookup)])
+    call = ToolCall(id="c1", name="lookup", arguments={"city": "Oslo", "days": 3})
+    run_us = per_call_us(lambda: helper.run(call), 20_000)
     k = 8
     flows = {"one": agent_flow(1, False), "many": agent_flow(k, False), "turns": agent_flow(k, True)}
     with tempfile.TemporaryDirectory() as tmp, Store(str(Path(tmp) / "bench.duckdb")) as store:
@@ -138,6 +141,8 @@ def bench_agent(runs: int) -> None:
     print(f"  agent run, model asks for {k} calls in one reply    {many:9.1f} µs per run")
     print(f"  one more tool call (parallel, same reply)        {per_call:9.1f} µs   the tool itself {own:5.2f} µs")
     print(f"  recording overhead per tool call                 {per_call - own:9.1f} µs (goal <= 50 µs)")
+    print(f"    of which ToolSet.run (validate, call, render)  {run_us - own:9.1f} µs; the step, its record and "
+          f"the model's longer conversation {per_call - run_us:.1f} µs")
     print(f"  one more round of think -> route -> tool         {per_turn:9.1f} µs   (a model call and two steps "
           "more per call)")
     print(f"  the same without a store (recorded in memory)    {(bare['many'] - bare['one']) / (k - 1) - own:9.1f} µs "

@@ -1,10 +1,12 @@
 """Forks: running parallel branches and merging what they wrote.
 
 Sync branches run in threads, async ones under `asyncio.gather` (sync ones then via
-`asyncio.to_thread`). The caller's thread takes part: it and the helper threads each
-claim the next branch not yet started, so a branch that waits (a tool calling a
-server) never holds the others up, and quick branches cost no thread hand-off when
-the caller gets to them first (a hand-off costs tens of µs on a busy machine). Each branch writes into
+`asyncio.to_thread`). The caller's thread takes part: it and helper threads each claim
+the next branch not yet started, and whoever claims one while others are left wakes
+one more helper unless one is already on its way. So a branch that waits (a tool
+calling a server) never holds the others up — each blocked branch has brought the
+next helper — while quick branches mostly run in the caller's thread before any
+helper wakes (a hand-off costs tens of µs on a busy machine). Each branch writes into
 its own recorder; the merge applies them in declared order — so appends to one
 list merge in that order — after checking that no two branches set the same path.
 The runner hands in a callback per branch, so this module never sees the runner.
@@ -78,27 +80,41 @@ async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[boo
 
     if async_mode:
         return list(await asyncio.gather(*(call_async(i) for i in range(len(is_async)))))
-    count = len(is_async)
+    return run_claimed(call_sync, len(is_async))
+
+
+def run_claimed(call: Callable[[int], BranchOutcome], count: int) -> list[BranchOutcome]:
+    """`call(i)` for every i < count, in this thread and helper threads (see the module docstring)."""
+    if count == 0:
+        return []
     outcomes: list[Optional[BranchOutcome]] = [None] * count
-    finished = [threading.Event() for _ in range(count)]
     claims = iter(range(count))
     claiming = threading.Lock()
+    waking, left, finished = [0], [count], threading.Event()  # helpers on their way; branches not done
+    pool = branch_pool.get()
 
-    def work() -> None:  # run branches until none is left to start
+    def work(helper: bool) -> None:  # run branches until none is left to start
+        if helper:
+            with claiming:
+                waking[0] -= 1
         while True:
             with claiming:
                 i = next(claims, None)
+                wake = i is not None and i < count - 1 and not waking[0]
+                if wake:
+                    waking[0] += 1
             if i is None:
                 return
-            outcomes[i] = call_sync(i)
-            finished[i].set()
+            if wake:
+                pool.submit(work, True)
+            outcomes[i] = call(i)
+            with claiming:
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
 
-    pool = branch_pool.get()
-    for _ in range(count - 1):
-        pool.submit(work)
-    work()
-    for event in finished:
-        event.wait()
+    work(False)
+    finished.wait()
     return outcomes  # type: ignore[return-value]
 
 
