@@ -102,6 +102,28 @@ def test_events_of_a_plain_flow_carry_writes_and_decisions():
     assert events[5].writes[0].path == "verdict" and events[5].written("verdict") == ["rejected"]
 
 
+def test_a_subflow_streams_its_steps_under_its_own_run_id_and_the_run_events_are_the_parents():
+    class Inner(BaseModel):
+        x: int = 0
+        y: int = 0
+
+    def double(s: Inner) -> None:
+        s.y = s.x * 2
+
+    class Outer(BaseModel):
+        score: int = 0
+        doubled: int = 0
+
+    inner = Pipeline("inner", Inner).then(double).build()
+    flow = Pipeline("outer", Outer).subflow(inner, inputs={"x": "score"}, outputs={"doubled": "y"}, id="sub").build()
+    events = list(flow.stream({"score": 21}))
+    assert [brief(e) for e in events] == [("run_started",), ("step_started", "sub"), ("step_started", "double"),
+                                         ("step_finished", "double"), ("step_finished", "sub"), ("run_finished",)]
+    top, child = events[0].run_id, events[2].run_id
+    assert child != top and events[-1].run_id == top and events[-1].run.output.doubled == 42
+    assert events[-1].run.children[0].run_id == child
+
+
 def test_a_failed_run_ends_the_stream_with_run_failed_and_bad_inputs_raise():
     def boom(s: Loan) -> None:
         raise ValueError("no verdict today")

@@ -10,8 +10,8 @@ events carry exactly that, as they happen, for any flow:
 `EventFeed` makes them: it is a `Sink` (run started, step finished with its writes and
 decision, run ended) plus the runner's two live hooks, a step beginning and a model
 token arriving (`ctx.complete` streams its call while a feed is attached). Without a
-feed the runner pays one `is None` check per step. A subflow's events carry its own
-run id (and `parent_run_id` on its `RunStarted`).
+feed the runner pays one `is None` check per step. A subflow's steps stream too, with
+the child run's id; the run events (started, finished, failed) are the streamed run's.
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ __all__ = ["RunStarted", "StepStarted", "StepFinished", "TokenDelta", "ToolCallE
 class RunStarted:
     run_id: str
     pipeline: str
-    parent_run_id: Optional[str] = None
     kind: Literal["run_started"] = "run_started"
 
 
@@ -176,7 +175,8 @@ class EventFeed:
 
     # -- the Sink protocol ------------------------------------------------------------
     def begin_run(self, run: "Run") -> None:
-        self.emit(RunStarted(run.run_id, run.pipeline, run.parent_run_id))
+        if run.parent_run_id is None:  # a subflow's run shows as its parent's subflow step
+            self.emit(RunStarted(run.run_id, run.pipeline))
 
     def step_done(self, run: "Run", step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -191,6 +191,8 @@ class EventFeed:
             self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
 
     def end_run(self, run: "Run") -> None:
+        if run.parent_run_id is not None:
+            return
         if run.status == "ok":
             self.emit(RunFinished(run.run_id, run.status, run))
         else:
