@@ -31,6 +31,7 @@ from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..times import utc_naive
+from .claims import claim, release
 from .load import load_run, thread
 from .opening import connect, recover_dead_runs
 from .retention import PruneReport, export, prune
@@ -114,6 +115,18 @@ class Store:
         """Write every queued run now (queries call this first, so they see every finished run,
         and every finished stage of runs recorded with durability "stage")."""
         self.writer.flush()
+
+    def claim_run(self, run_id: str) -> Optional[tuple[str, Optional[int], Optional[str]]]:
+        """Mark a paused or interrupted run as being resumed by this process, atomically (`flow.resume`
+        does this): None when claimed, else (status, pid, host) of whoever has it."""
+        self.flush()
+        with self.lock:
+            return claim(self.con, run_id)
+
+    def release_run(self, run_id: str, status: str) -> None:
+        """Give back a claim whose resume could not start (the run is `status` again)."""
+        with self.lock:
+            release(self.con, run_id, status)
 
     def close(self) -> None:
         """Write every queued run, stop the writer and close the file."""

@@ -13,7 +13,7 @@ from ..dbmeta import META_DDL, get_meta, set_meta
 from ..errors import TracememError
 from ..memory.tables import MEMORY_DDL
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -67,10 +67,27 @@ V3_MIGRATION: list[str] = [
        WHERE kind = 'subflow'""",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION}
+# Version 5: pause, resume, fork and replay (issue 14). A paused run holds its question in `pending` and
+# where it continues in `resume_at`; a fork names the run and step it started from; a human's answers are
+# rows of their own; each model call keeps the hash of its exact request and whether it was replayed.
+V5_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN pending JSON",
+    "ALTER TABLE runs ADD COLUMN resume_at JSON",
+    "ALTER TABLE runs ADD COLUMN forked_from_run_id VARCHAR",
+    "ALTER TABLE runs ADD COLUMN forked_from_step INTEGER",
+    "ALTER TABLE runs ADD COLUMN span_id VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN request_hash VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN replayed BOOLEAN",
+    """CREATE TABLE human_inputs (
+        run_id VARCHAR, step INTEGER, idx INTEGER, input_id VARCHAR, payload JSON, answer JSON,
+        answered_by VARCHAR, asked_step INTEGER, answered_at TIMESTAMP_NS)""",
+]
+
+# 4 is another branch's version (renumbered when merged).
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: [], 5: V5_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
-              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows")
+              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "human_inputs")
 ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
 
 
