@@ -8,11 +8,12 @@ from typing import Any, Optional, Sequence
 import duckdb
 
 from ..errors import TracememError
-from . import data, explain, graph, runs
+from . import data, explain, graph, resume, runs
 from .common import Commands
 from .render import Visible, visible
 
-ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMANDS, **graph.COMMANDS}
+ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMANDS, **graph.COMMANDS,
+                             **resume.COMMANDS}
 
 
 def _parent() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from .render import table, to_json
 
 def setup_runs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help="only runs of this pipeline")
-    p.add_argument("--status", help="only runs with this status (ok, failed, interrupted, running)")
+    p.add_argument("--status", help="only runs with this status (ok, failed, paused, interrupted, running)")
     p.add_argument("--subject", help="only runs for this subject")
     p.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default 20)")
 
@@ -27,6 +27,8 @@ def cmd_runs(args: argparse.Namespace, out: Any) -> None:
         print(to_json(rows), file=out)
         return
     cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error"]
+    if any(r.get("pending") is not None for r in rows):  # paused runs: what each asks
+        cols.append("pending")
     print(table(cols, [[r[c] for c in cols] for r in rows], width=50), file=out)
 
 
@@ -37,7 +39,9 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
             print(to_json({
                 "run_id": run.run_id, "pipeline": run.pipeline, "status": run.status, "error": run.error,
                 "subject": run.subject, "trace_id": run.trace_id, "parent_run_id": run.parent_run_id,
-                "continues": run.continues, "steps": [s._asdict() for s in run.steps],
+                "continues": run.continues, "pending": run.pending, "resume_at": run.resume_at,
+                "forked_from_run_id": run.forked_from_run_id, "forked_from_step": run.forked_from_step,
+                "steps": [s._asdict() for s in run.steps],
                 "decisions": [d._asdict() for d in run.decisions], "output": json.loads(run.output_json or "null"),
                 "final_state": run.state_at() if run.schema is None else json.loads(run.output.model_dump_json()),
             }), file=out)
@@ -46,6 +50,9 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
         print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
         for label, value in (("error", run.error), ("subject", run.subject), ("trace id", run.trace_id),
                              ("parent run", run.parent_run_id), ("continues run", run.continues),
+                             ("asks", json.dumps(run.pending) if run.paused else None),
+                             ("forked from", run.forked_from_run_id and
+                              f"run {run.forked_from_run_id} after step {run.forked_from_step}"),
                              ("duration", f"{duration:.2f} ms" if duration is not None else None)):
             if value:
                 print(f"  {label}: {value}", file=out)

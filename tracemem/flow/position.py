@@ -153,7 +153,7 @@ def scope_at(program: Program, run: "Run", upto: Optional[int]) -> tuple[dict[st
     loaded from a store is replayed, so its secret fields hold '<redacted>'."""
     schema = program.schema
     if upto is None:
-        state = run.output
+        state = run.output if run.output is not None else run.state_at()  # (an interrupted run never ended)
     elif upto == 0:
         state = replay_thread(run.thread(), schema.default, 0)
     else:

@@ -13,6 +13,7 @@ snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import sys
@@ -199,11 +200,15 @@ class Store:
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         rel = self.sql(
             "SELECT run_id, pipeline, status, error, started_at, ended_at, "
-            "round(epoch_ns(ended_at - started_at) / 1e6, 3) AS duration_ms, subject, parent_run_id, "
+            "round(epoch_ns(ended_at - started_at) / 1e6, 3) AS duration_ms, subject, parent_run_id, pending, "
+            "forked_from_run_id, "
             "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
             f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
         cols = rel.columns
-        return [dict(zip(cols, row)) for row in rel.fetchall()]
+        out = [dict(zip(cols, row)) for row in rel.fetchall()]
+        for row in out:  # what a paused run asks, as data
+            row["pending"] = json.loads(row["pending"]) if isinstance(row["pending"], str) else row["pending"]
+        return out
 
     def similar_runs(self, pipeline: str, query: str, *, embedder: Any = None, top_k: int = 1,
                      min_score: float = 0.7, exclude: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:
