@@ -59,11 +59,10 @@ def _check(program: Program, run: Run) -> None:
     if name != program.name:
         raise ResumeError(f"run {rid} is a run of '{name}', not of '{program.name}'; resume it with the flow "
                           f"'{name}' that recorded it")
-    if run.status not in RESUMABLE:
+    if run.status not in RESUMABLE + ("running",):  # a running one is refused by the claim, which says who has it
         last_ok = max((s.step for s in run.steps if s.status == "ok"), default=0)
         what = {"ok": "it finished (status ok): nothing waits for an answer",
-                "failed": f"it failed ({run.error}): a failed run is not continued",
-                "running": "it is running (on its first go, or being resumed right now)"}.get(
+                "failed": f"it failed ({run.error}): a failed run is not continued"}.get(
             run.status, f"its status is {run.status!r}")
         raise ResumeError(f"run {rid} of '{name}' is not paused or interrupted: {what}. To try again from one of "
                           f"its steps, fork it: flow.fork('{rid}', after_step={last_ok}, store=store)")
@@ -76,22 +75,33 @@ def _check(program: Program, run: Run) -> None:
             f"flow.fork('{rid}', after_step={last_ok}, store=store)")
 
 
-def _claim(run: Run, store: Any) -> None:
-    """Mark the run as being resumed here, atomically: a second resumer is refused."""
+def _claim(run: Run, store: Any) -> str:
+    """Mark the run as being resumed here, atomically: a second resumer is refused. Returns its status
+    before (what `_release` gives back)."""
+    status = run.status
     if store is None:  # a run at hand, recorded nowhere: the object is the claim
-        if run.status not in RESUMABLE:
-            raise ResumeError(f"run {run.run_id} is being resumed already (status {run.status})")
+        if status not in RESUMABLE:
+            raise ResumeError(f"run {run.run_id} cannot be resumed twice at once: it is running (status "
+                              f"{status}); wait until it pauses or ends, then resume it again if it asks")
         run.status = "running"
-        return
+        return status
     if store.read_only:
         raise ResumeError(f"{store.path} is open read-only; open Store('{store.path}') to resume run {run.run_id}")
-    held = store.claim_run(run.run_id)
-    if held is not None:
-        status, pid, host = held
-        who = f"process {pid} on {host}" if pid else "another resumer"
-        raise ResumeError(f"run {run.run_id} cannot be resumed twice at once: {who} claimed it (status "
-                          f"{status}); wait until it pauses or ends, then resume it again if it asks")
+    won, before, pid, host = store.claim_run(run.run_id, len(run.steps))
+    if won and status == "running":  # it was running when loaded and has stopped since: look again
+        store.release_run(run.run_id, before)
+        before = "changed"
+    if before == "changed":
+        raise ResumeError(f"run {run.run_id} was resumed by someone else since it was loaded (the store holds "
+                          f"more of it now); load it again (pass its id) and resume it if it still asks")
+    if before == "missing":
+        raise ResumeError(f"run {run.run_id} is not in {store.path}; resume it with the store it was recorded in")
+    if not won:
+        raise ResumeError(f"run {run.run_id} cannot be resumed twice at once: process {pid} on {host} is running it "
+                          f"(status {before}: resuming it, or on its first go); wait until it pauses or ends, then "
+                          f"resume it again if it asks")
     run.status = "running"
+    return before
 
 
 def _resumed(run: Run) -> None:
@@ -123,6 +133,8 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = No
         raise ResumeError(f"run {run.run_id} is a subflow of run {run.parent_run_id}; resume that run (the parent), "
                           f"which resumes this one with it")
     _check(program, run)
+    if run.status == "running":  # refused by the claim, which says who has it
+        _claim(run, store)
     pos = locate(program, run)
     json_text(answer)
     paused = pos.paused
@@ -136,8 +148,7 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = No
                           f"leads this flow to {at.id if at else 'its end'!r}; resume it with the flow that paused it")
     data, last = scope_at(program, run, None)
     args = initial_scope(program, run)
-    status = run.status
-    _claim(run, store)
+    status = _claim(run, store)
     try:
         exe = Execution(program, None, env=env, store=store, subject=run.subject, sinks=sinks)
         _restore(exe, program, run, data, last, pos, args)

@@ -117,12 +117,13 @@ class Store:
         and every finished stage of runs recorded with durability "stage")."""
         self.writer.flush()
 
-    def claim_run(self, run_id: str) -> Optional[tuple[str, Optional[int], Optional[str]]]:
-        """Mark a paused or interrupted run as being resumed by this process, atomically (`flow.resume`
-        does this): None when claimed, else (status, pid, host) of whoever has it."""
+    def claim_run(self, run_id: str, steps: int) -> tuple[bool, str, Optional[int], Optional[str]]:
+        """Mark a paused or interrupted run (holding `steps` steps, as loaded) as being resumed by this
+        process, atomically (`flow.resume` does this): (won, its status before, pid, host); see
+        store/claims.py."""
         self.flush()
         with self.lock:
-            return claim(self.con, run_id)
+            return claim(self.con, run_id, steps)
 
     def release_run(self, run_id: str, status: str) -> None:
         """Give back a claim whose resume could not start (the run is `status` again)."""
