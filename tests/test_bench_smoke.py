@@ -85,3 +85,12 @@ def test_run_all_writes_results(tmp_path: Path) -> None:
     text = out.read_text()
     assert "## Goals" in text and "engine overhead" in text and "## Output: store.py" in text
     assert "not parsed" not in text
+
+
+def test_resume_bench_prints_its_figures() -> None:
+    out = run("bench/resume.py", "--rounds", "20", "--reps", "1")
+    assert "## resume and fork from a file: a paused run of 41 recorded steps" in out
+    assert "baseline: load the run record (store.run)" in out
+    assert "0 live model calls" in out  # the gate's call before its pause was answered from the record
+    assert "fork from step 20: load, rebuild the state" in out
+    assert "then run its" in out

@@ -89,8 +89,10 @@ def _claim(run: Run, store: Any) -> str:
         raise ResumeError(f"{store.path} is open read-only; open Store('{store.path}') to resume run {run.run_id}")
     won, before, pid, host = store.claim_run(run.run_id, len(run.steps))
     if won and status == "running":  # it was running when loaded and has stopped since: look again
-        store.release_run(run.run_id, before)
+        store.release_run(run.run_id, "interrupted")
         before = "changed"
+    elif won:
+        before = status
     if before == "changed":
         raise ResumeError(f"run {run.run_id} was resumed by someone else since it was loaded (the store holds "
                           f"more of it now); load it again (pass its id) and resume it if it still asks")
@@ -223,8 +225,11 @@ def _step_number(run: Run, ref: Union[int, str]) -> int:
     try:
         return run.step(ref).step
     except TracememError:
-        raise ResumeError(f"run {run.run_id} has no step {ref!r} to fork after; its steps: "
-                          + ", ".join(f"{s.step}:{s.stage}" for s in run.steps) + " (0: from its start)") from None
+        shown = [f"{s.step}:{s.stage}" for s in run.steps]
+        if len(shown) > 12:
+            shown = shown[:5] + ["…"] + shown[-5:]
+        raise ResumeError(f"run {run.run_id} has no step {ref!r} to fork after; its steps: " + ", ".join(shown)
+                          + " (0: from its start)") from None
 
 
 def _edit_spec(program: Program, data: dict[str, Any], edits: dict[str, Any]) -> Optional[StageSpec]:

@@ -17,22 +17,23 @@ __all__ = ["claim", "release"]
 
 def claim(con: Any, run_id: str, steps: int) -> tuple[bool, str, Optional[int], Optional[str]]:
     """Claim a paused or interrupted run holding `steps` recorded steps (the record the caller loaded) for
-    this process: (won, its status before, pid, host). The status is 'missing' when there is no such run,
-    'changed' when it holds other steps by now (someone resumed it meanwhile). The caller holds the store's
-    lock, and the file has one writing process, so nothing runs between the look and the UPDATE."""
-    row = con.execute("SELECT status, pid, host, (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) "
-                      "FROM runs r WHERE run_id = ?", [run_id]).fetchone()
+    this process: (True, 'running', None, None) when won, else (False, status, pid, host) of the run as
+    it stands — status 'missing' when there is no such run, 'changed' when it holds other steps by now
+    (someone resumed it meanwhile)."""
+    won = con.execute("UPDATE runs SET status = 'running', pid = ?, host = ? "
+                      "WHERE run_id = ? AND status IN ('paused', 'interrupted') "
+                      "AND (SELECT count(*) FROM steps s WHERE s.run_id = ?) = ? RETURNING pid",
+                      [os.getpid(), socket.gethostname(), run_id, run_id, steps]).fetchall()
+    if won:
+        return True, "running", None, None
+    row = con.execute("SELECT status, pid, host, (SELECT count(*) FROM steps s WHERE s.run_id = ?) "
+                      "FROM runs WHERE run_id = ?", [run_id, run_id]).fetchone()
     if row is None:
         return False, "missing", None, None
     status, pid, host, count = row
-    if status not in ("paused", "interrupted"):
-        return False, status, pid, host
-    if count != steps:
+    if status in ("paused", "interrupted") and count != steps:
         return False, "changed", pid, host
-    won = con.execute("UPDATE runs SET status = 'running', pid = ?, host = ? "
-                      "WHERE run_id = ? AND status IN ('paused', 'interrupted') RETURNING run_id",
-                      [os.getpid(), socket.gethostname(), run_id]).fetchall()
-    return bool(won), status, pid, host
+    return False, status, pid, host
 
 
 def release(con: Any, run_id: str, status: str) -> None:

@@ -119,8 +119,8 @@ class Store:
 
     def claim_run(self, run_id: str, steps: int) -> tuple[bool, str, Optional[int], Optional[str]]:
         """Mark a paused or interrupted run (holding `steps` steps, as loaded) as being resumed by this
-        process, atomically (`flow.resume` does this): (won, its status before, pid, host); see
-        store/claims.py."""
+        process, in one atomic UPDATE (`flow.resume` does this): (won, status, pid, host), the last three
+        saying who has it when lost; see store/claims.py."""
         self.flush()
         with self.lock:
             return claim(self.con, run_id, steps)
