@@ -396,3 +396,28 @@ def test_a_resumed_runs_span_links_to_its_spans_before_the_pause(store):
     assert steps[0].context.trace_id == second.context.trace_id
     new_trace = store.sql("SELECT trace_id FROM runs WHERE run_id = ?", [run.run_id]).fetchall()[0][0]
     assert new_trace == format(second.context.trace_id, "032x")
+
+
+def test_a_decider_can_ask_a_human_which_way_to_go(store):
+    class S(BaseModel):
+        ticket: str = ""
+        handled_by: str = ""
+
+    def route(s, ctx):
+        return ctx.interrupt({"ticket": s.ticket, "choose": ["billing", "tech"]})
+
+    def billing(s):
+        s.handled_by = "billing"
+
+    def tech(s):
+        s.handled_by = "tech"
+
+    flow = Pipeline("triage", S).branch(route, {"billing": billing, "tech": tech}).build()
+    run = flow.run({"ticket": "my invoice is wrong"}, store=store)
+    assert run.status == "paused" and run.resume_at["stage"] == "route"
+    run = flow.resume(run.run_id, "billing", store=store, by="dispatcher")
+    assert run.output.handled_by == "billing"
+    assert [(s.stage, s.kind, s.status) for s in run.steps] == [
+        ("route", "decider", "paused"), ("route", "decider", "ok"), ("billing", "stage", "ok")]
+    text = run.backtrack("handled_by").explain()
+    assert "decider route chose 'billing'" in text and "human input by dispatcher: billing" in text

@@ -108,16 +108,10 @@ def _value(value: Any) -> Any:
 
 
 def _links(run: Run) -> list[Link]:
-    """Links from a resumed run's span to its spans before the pause."""
-    out = []
-    for trace_id, span_id in run.links:
-        try:
-            context = SpanContext(int(trace_id, 16), int(span_id or "0", 16), is_remote=True,
-                                  trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        except ValueError:
-            continue
-        out.append(Link(context, {"tracemem.link": "resumed", "tracemem.run_id": run.run_id}))
-    return out
+    """Links from a resumed run's span to its spans before the pause (recorded ids: hex text)."""
+    contexts = [SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                for t, s in run.links if re.fullmatch(r"[0-9a-f]{32}", t) and re.fullmatch(r"[0-9a-f]{16}", s)]
+    return [Link(c, {"tracemem.link": "resumed", "tracemem.run_id": run.run_id}) for c in contexts if c.is_valid]
 
 
 def _text_parts(content: Any) -> list[dict[str, Any]]:
@@ -373,6 +367,7 @@ class OTelSink:
                                       start_time=run.started_at if run.resumed_from is None else
                                       min((s.started_at for s, _, _ in state.pending or ()), default=time.time_ns()))
         state.span, state.ctx = span, trace.set_span_in_context(span)
+        run.span_id = format(span.get_span_context().span_id, "016x")
         pending, state.pending = state.pending or [], None
         for step, decision, rows in pending:
             self._step(state, step, decision, rows)

@@ -237,8 +237,7 @@ class Walker:
             step = item[1]
             self.read_sources(node, idx, idx.reads.get(step, ()), depth)
             self.control(node, idx, step, depth)
-            if what == "step":
-                sources.step_sources(self, idx, step, node, depth)
+            sources.step_sources(self, idx, step, node, depth)  # a decider's too: a model or a human chose
         elif callable(what):
             what(self, node, depth, idx, *item[1:])
 
