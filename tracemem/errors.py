@@ -14,6 +14,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── RunFailed            a run ended failed; `.run` is the recorded run
     ├── ResumeError          a run cannot be resumed or forked as asked (`flow.resume`, `flow.fork`)
     ├── ModelError           a chat model call failed (tracemem.models)
+    ├── ReplayMissError      a replayed call asked what the record never did, with no live model (flow.replay)
     ├── MemoryStoreError     a memory operation was refused (tracemem.memory)
     └── StoreLockedError     another process holds the store file (tracemem.store)
 """

@@ -81,10 +81,12 @@ class Answer:
 
 @dataclass
 class Delivery:
-    """The answers the resumed run hands to the first step of `stage` (then none)."""
+    """What a resumed run hands the first step of `stage` (then nothing): the answers, and a ReplayBook of
+    the model calls the stage made before it paused (answered from it, so they are not made again)."""
 
     stage: str
     answers: list[Answer] = field(default_factory=list)
+    replay: Any = None
 
 
 def json_text(value: Any) -> str:

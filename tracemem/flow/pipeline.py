@@ -14,6 +14,10 @@ while `when` holds: a branch key of the branch just before it, or a predicate
 `fn(scope) -> bool` recorded as a decision. `ctx.break_loop(reason)` in any stage
 inside a loop leaves it after that stage.
 
+A run can stop to ask a human (`ctx.interrupt`, `.then(fn, pause_before=True)`):
+`flow.resume(run, answer)` continues it, and `flow.fork(run, after_step, edits=...)`
+starts a new run from any recorded step (both in `flow/resume.py`).
+
 The builder sits beside its product, so nothing imports back: `Flow.run` assembles
 the sinks (the store's, OpenTelemetry's, the process-wide defaults) and hands the
 runner the compiled `Program`; the runner never sees the Flow.
@@ -195,8 +199,8 @@ class Flow(Generic[S]):
              store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
              durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
              raise_on_error: bool = True) -> Run:
-        """Start a new run from `run`'s recorded state after `after_step` (a step number or stage id; 0: its
-        start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
+        """Start a new run from `run`'s recorded state after `after_step` (a step number, or a stage id: its
+        last execution; 0: the run's start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
         recorded (`forked_from_run_id`, `forked_from_step`); `replay=True` answers every model call whose
         exact request the original recorded from the record, so only changed prompts reach the model."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,

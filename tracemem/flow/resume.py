@@ -155,11 +155,8 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = No
         exe = Execution(program, None, env=env, store=store, subject=run.subject, sinks=sinks)
         _restore(exe, program, run, data, last, pos, args)
         exe.next_step = max((s.step for s in run.steps), default=0)
-        book = ReplayBook(r for r in run.rows.get("model_calls", ()) if paused is not None and r["step"] == paused.step)
-        if replay:
-            for row in ReplayBook.rows_of(run):
-                book.add(row)
-        exe.replay = book if len(book) else None
+        if replay:  # any call whose exact request this run (or its subflows) recorded, in recorded order
+            exe.replay = ReplayBook.of_run(run)
         child_id = paused.child_run_id if paused is not None and paused.kind == "subflow" else None
         if paused is None and at is not None and at.op == "subflow":
             late = [c for c in run.children if c.status == "interrupted" and (c.parent_step or 0) > pos.last]
@@ -168,13 +165,14 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = No
             known = next((c for c in run.children if c.run_id == child_id), None)
             resumed = resume_execution(at.node.flow.program, known or child_id, answer if asked else None,
                                        store=store, by=by, env=env, sinks=sinks, replay=replay, child=True)
-            exe.resume_child = (str(at.id), lambda parent: resumed)
+            exe.resume_child = (str(at.id), resumed)
         elif asked:
             stage = paused.stage if paused is not None else str(at.id if at is not None else "")
             earlier = [Answer.from_row(r) for r in run.rows.get("human_inputs", ())
                        if paused is not None and r["step"] == paused.step]
             given = Answer(new_id(), answer, by, run.pending, time.time_ns(), paused.step if paused else None)
-            exe.deliver = Delivery(stage, earlier + [given])
+            asked_before = [r for r in run.rows.get("model_calls", ()) if paused is not None and r["step"] == paused.step]
+            exe.deliver = Delivery(stage, earlier + [given], ReplayBook(asked_before) if asked_before else None)
             if paused is None:
                 exe.gate = pos.pc  # a pause_before point: answered, it lets the stage begin
     except BaseException:

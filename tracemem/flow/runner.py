@@ -71,8 +71,7 @@ class Execution:
         self.deliver: Optional[Delivery] = None  # answers for the first step of the stage re-entered
         self.gate = -1  # a `pause_before` point already answered
         self.replay: Any = None  # a ReplayBook: model calls answered from a record
-        self.resume_child: Optional[tuple[str, Callable[[tuple[str, int]], "Execution"]]] = None  # subflow id,
-        # and what resumes its paused child run (given the parent's run id and step)
+        self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
@@ -161,7 +160,7 @@ class Execution:
         begun = Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
                       self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
-            begun.answers, self.deliver = self.deliver.answers, None
+            begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
             for i, answer in enumerate(begun.answers):
                 begun.rec.rows.append(("human_inputs", answer.row(self.run.run_id, begun.rec.step, i)))
         return begun
@@ -173,7 +172,7 @@ class Execution:
         view = self.program.view_class(rec)
         if spec.takes_ctx:
             ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store,
-                               begun.answers, self.replay)
+                               begun.answers, begun.replay or self.replay)
             result = call(view, ctx)
         else:
             result = call(view)
@@ -359,13 +358,13 @@ class Execution:
                 child_inputs = unwrap(node.inputs(view))
             else:
                 child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
-            resumed, parent = self.resume_child, (self.run.run_id, begun.rec.step)
-            if resumed is not None and resumed[0] == begun.spec.id:  # its child paused: resume it
-                self.resume_child, exe = None, resumed[1](parent)
+            resumed = self.resume_child
+            if resumed is not None and resumed[0] == begun.spec.id:  # its child paused: resume that run
+                self.resume_child, exe = None, resumed[1]
             else:
                 exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
-                                sinks=self.sinks, parent=parent, resume=None)
-                exe.replay = self.replay
+                                sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+                exe.replay = self.replay  # a fork replaying a record replays its subflows' calls too
             coro = exe.execute(False, async_mode=self.async_mode)
             child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
             begun.child_run_id = child.run_id

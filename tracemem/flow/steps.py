@@ -38,7 +38,7 @@ class Paused(TracememError):
 class Begun:
     """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
 
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers")
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay")
 
     def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
                  routed_by: Optional[int]) -> None:
@@ -46,6 +46,7 @@ class Begun:
         self.started = time.time_ns()
         self.child_run_id: Optional[str] = None
         self.answers: Any = None if kind == "fork-branch" else ()  # what ctx.interrupt returns (None: cannot)
+        self.replay: Any = None  # a re-entered stage: its model calls before the pause, to answer from
 
 
 class LoopState:
