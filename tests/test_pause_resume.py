@@ -421,3 +421,27 @@ def test_a_decider_can_ask_a_human_which_way_to_go(store):
         ("route", "decider", "paused"), ("route", "decider", "ok"), ("billing", "stage", "ok")]
     text = run.backtrack("handled_by").explain()
     assert "decider route chose 'billing'" in text and "human input by dispatcher: billing" in text
+
+
+def test_resume_with_replay_answers_requests_the_run_already_made_from_its_record(store):
+    class S(BaseModel):
+        first: str = ""
+        second: str = ""
+
+    def ask(s, ctx):
+        s.first = ctx.complete(ctx.env["m"], [{"role": "user", "content": "status?"}]).text
+
+    def wait(s, ctx):
+        ctx.interrupt("go on?")
+
+    def ask_again(s, ctx):
+        s.second = ctx.complete(ctx.env["m"], [{"role": "user", "content": "status?"}]).text
+
+    flow = Pipeline("asks", S).then(ask).then(wait).then(ask_again).build()
+    model = ScriptedModel(["green", "amber"])
+    replayed = flow.resume(flow.run(store=store, env={"m": model}).run_id, "yes", store=store, env={"m": model},
+                           replay=True)
+    assert (replayed.output.first, replayed.output.second, len(model.calls)) == ("green", "green", 1)
+    model = ScriptedModel(["green", "amber"])
+    live = flow.resume(flow.run(store=store, env={"m": model}).run_id, "yes", store=store, env={"m": model})
+    assert live.output.second == "amber" and not live.rows["model_calls"][-1]["replayed"]
