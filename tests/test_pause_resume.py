@@ -445,3 +445,17 @@ def test_resume_with_replay_answers_requests_the_run_already_made_from_its_recor
     model = ScriptedModel(["green", "amber"])
     live = flow.resume(flow.run(store=store, env={"m": model}).run_id, "yes", store=store, env={"m": model})
     assert live.output.second == "amber" and not live.rows["model_calls"][-1]["replayed"]
+
+
+def test_resume_without_an_answer_asks_again_and_opens_a_pause_point(store):
+    run = orders.run({"item": "scarf"}, store=store)
+    run = orders.resume(run.run_id, store=store)  # no answer: the stage asks again
+    assert run.status == "paused" and run.pending == {"question": "size?", "item": "scarf"}
+    assert [(s.stage, s.status) for s in run.steps] == [("pick", "ok"), ("ask", "paused"), ("ask", "paused")]
+    run = orders.resume(run.run_id, "XL", store=store)
+    assert run.pending == {"question": "address?"}
+    run = orders.resume(run.run_id, {"street": "D"}, store=store)
+    run = orders.resume(run.run_id, store=store)  # the pause point opens; nobody said anything
+    assert run.ok and run.output.shipped == "2 x scarf (XL) to D, ok'd by None"
+    assert store.sql("SELECT count(*) FROM human_inputs WHERE run_id = ? AND step = ?",
+                     [run.run_id, run.steps[-1].step]).fetchall() == [(0,)]

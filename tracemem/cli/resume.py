@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ..errors import ResumeError, TracememError
+from ..flow.interrupt import NO_ANSWER
 from .common import Commands, db_path, open_store, resolve_run, wants_json
 from .render import table, to_json
 
@@ -29,7 +30,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def setup_resume(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a paused (or interrupted) run id, or a unique prefix of one")
-    p.add_argument("--answer", default="null", help="the answer, as JSON (e.g. '{\"approved\": true}' or '\"yes\"')")
+    p.add_argument("--answer", help="the answer, as JSON (e.g. '{\"approved\": true}' or '\"yes\"'); without one, a "
+                                   "stage that asked asks again and a pause_before point lets its stage begin")
     p.add_argument("--by", help="who answers (recorded with the answer)")
     _common(p)
 
@@ -130,7 +132,7 @@ def _report(run: Any, out: Any, args: argparse.Namespace, extra: dict[str, Any])
 
 def cmd_resume(args: argparse.Namespace, out: Any) -> None:
     flow, env = _flow_and_env(args)
-    answer = _json_arg(args.answer, "--answer")
+    answer = _json_arg(args.answer, "--answer") if args.answer is not None else NO_ANSWER
     with _writable(args, args.run) as store:
         run = flow.resume(resolve_run(store, args.run), answer, store=store, by=args.by, env=env,
                           replay=args.replay, raise_on_error=False)

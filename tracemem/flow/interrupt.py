@@ -25,9 +25,20 @@ from typing import Any, Callable, Literal, Optional
 
 from ..errors import TracememError
 
-__all__ = ["PauseSignal", "Pause", "Answer", "Delivery", "mentions_interrupt", "json_text"]
+__all__ = ["NO_ANSWER", "PauseSignal", "Pause", "Answer", "Delivery", "mentions_interrupt", "json_text"]
 
 PauseKind = Literal["interrupt", "before", "subflow"]
+
+
+class _NoAnswer:
+    """`flow.resume(run)` given no answer: a stage that asked asks again (it pauses anew), a
+    `pause_before` point lets its stage begin."""
+
+    def __repr__(self) -> str:
+        return "NO_ANSWER"
+
+
+NO_ANSWER: Any = _NoAnswer()
 
 
 class PauseSignal(TracememError):

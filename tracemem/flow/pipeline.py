@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from ..errors import PipelineError, TracememError
 from ..run import Run
 from .program import Program
+from .interrupt import NO_ANSWER
 from .resume import fork_execution, resume_execution
 from .runner import Execution
 from .sinks import Sink, default_sinks
@@ -176,18 +177,19 @@ class Flow(Generic[S]):
         return await exe.execute(raise_on_error, async_mode=True)
 
     # -- pause, resume, fork (flow/resume.py) ----------------------------------------------
-    def resume(self, run: Any, answer: Any = None, *, store: Any = None, by: Optional[str] = None,
+    def resume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
                tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True) -> Run:
         """Continue a `paused` run (or one a crash left `interrupted`) where it stopped, in any process:
         the same run id, step numbers carrying on, finished stages never run again. The stage that asked
-        is re-entered and `ctx.interrupt` returns `answer` (recorded as a human input, given `by` whom).
-        `run` is a Run or a run id in `store`; `replay=True` also answers model calls from the record."""
+        is re-entered and `ctx.interrupt` returns `answer` (recorded as a human input, given `by` whom;
+        with no answer it asks again). `run` is a Run or a run id in `store`; `replay=True` also answers
+        any call whose exact request the run recorded before from the record."""
         exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
                                sinks=self._sinks(store, durability, tracer_provider))
         return self._drive(exe, raise_on_error, "aresume")
 
-    async def aresume(self, run: Any, answer: Any = None, *, store: Any = None, by: Optional[str] = None,
+    async def aresume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                       env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
                       tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True) -> Run:
         """`resume` for callers already inside an event loop."""

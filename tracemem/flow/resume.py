@@ -27,7 +27,7 @@ from ..run import Run
 from ..scope.paths import parse_path
 from ..scope.recorder import RunState, StepRecorder
 from .context import ReadOnlyArgs
-from .interrupt import Answer, Delivery, json_text
+from .interrupt import NO_ANSWER, Answer, Delivery, json_text
 from .position import initial_scope, locate, scope_at
 from .program import Program
 from .replay import ReplayBook
@@ -126,7 +126,7 @@ def _restore(exe: Execution, program: Program, run: Run, data: dict[str, Any],
     exe.restored = True
 
 
-def resume_execution(program: Program, target: Union[Run, str], answer: Any = None, *, store: Any = None,
+def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO_ANSWER, *, store: Any = None,
                      by: Optional[str] = None, env: Optional[Mapping[str, Any]] = None,
                      sinks: Optional[list[Sink]] = None, replay: bool = False, child: bool = False) -> Execution:
     """An Execution that continues a paused or interrupted run where it stopped (see the module doc)."""
@@ -138,10 +138,12 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = No
     if run.status == "running":  # refused by the claim, which says who has it
         _claim(run, store)
     pos = locate(program, run)
-    json_text(answer)
+    given = answer is not NO_ANSWER
+    if given:
+        json_text(answer)
     paused = pos.paused
     asked = run.status == "paused" or paused is not None
-    if not asked and answer is not None:
+    if not asked and given:
         raise ResumeError(f"run {run.run_id} was interrupted, not paused: nothing asked for an answer; resume it "
                           f"without one (it continues after step {pos.last})")
     at = program.ins[pos.pc] if pos.pc < len(program.ins) else None
@@ -163,16 +165,17 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = No
             child_id = late[-1].run_id if late else None  # the process died inside the subflow: it carries on too
         if child_id is not None and at is not None:
             known = next((c for c in run.children if c.run_id == child_id), None)
-            resumed = resume_execution(at.node.flow.program, known or child_id, answer if asked else None,
+            resumed = resume_execution(at.node.flow.program, known or child_id, answer if asked else NO_ANSWER,
                                        store=store, by=by, env=env, sinks=sinks, replay=replay, child=True)
             exe.resume_child = (str(at.id), resumed)
         elif asked:
             stage = paused.stage if paused is not None else str(at.id if at is not None else "")
             earlier = [Answer.from_row(r) for r in run.rows.get("human_inputs", ())
                        if paused is not None and r["step"] == paused.step]
-            given = Answer(new_id(), answer, by, run.pending, time.time_ns(), paused.step if paused else None)
+            if given:
+                earlier.append(Answer(new_id(), answer, by, run.pending, time.time_ns(), paused.step if paused else None))
             asked_before = [r for r in run.rows.get("model_calls", ()) if paused is not None and r["step"] == paused.step]
-            exe.deliver = Delivery(stage, earlier + [given], ReplayBook(asked_before) if asked_before else None)
+            exe.deliver = Delivery(stage, earlier, ReplayBook(asked_before) if asked_before else None)
             if paused is None:
                 exe.gate = pos.pc  # a pause_before point: answered, it lets the stage begin
     except BaseException:
