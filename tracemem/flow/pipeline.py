@@ -161,7 +161,8 @@ class Flow(Generic[S]):
             subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
             tracer_provider: Any = None, resume: Any = None) -> Run:
         """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
-        unless `raise_on_error=False`; the failed run is recorded either way).
+        unless `raise_on_error=False`; the failed run is recorded either way). A run that asks a
+        human returns with status `paused` and `run.pending` (see `resume`).
 
         `resume=<Run or run id>` starts from that run's final state (a conversation
         thread): only `inputs` are recorded as this run's input, and reads of the
