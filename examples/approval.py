@@ -20,7 +20,7 @@ import tempfile
 
 from pydantic import BaseModel
 
-from tracemem import Pipeline
+from tracemem import Pipeline, StageContext
 from tracemem.models import ScriptedModel
 from tracemem.store import Store
 
@@ -34,7 +34,7 @@ class Refund(BaseModel):
     outcome: str = ""
 
 
-def propose(scope: Refund, ctx) -> None:
+def propose(scope: Refund, ctx: StageContext) -> None:
     """Ask the model what to refund (a JSON reply)."""
     reply = ctx.complete(ctx.env["model"], [
         {"role": "system", "content": "Propose a refund as JSON: {\"amount\": EUR, \"reason\": text}."},
@@ -43,7 +43,7 @@ def propose(scope: Refund, ctx) -> None:
     scope.amount, scope.reason = proposal["amount"], proposal["reason"]
 
 
-def approve(scope: Refund, ctx) -> None:
+def approve(scope: Refund, ctx: StageContext) -> None:
     """A human approves or declines: the run pauses here until they answer."""
     decision = ctx.interrupt({"order": scope.order, "amount": scope.amount, "reason": scope.reason})
     scope.approved = bool(decision["approved"])
