@@ -68,10 +68,14 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
     run.decisions = [Decision(step, chosen, json.loads(evidence) if evidence else None) for step, chosen, evidence
                      in con.execute("SELECT step, chosen, evidence FROM decisions WHERE run_id = ? ORDER BY step",
                                     [run_id]).fetchall()]
-    for table in sorted(EXTRA_TABLES):
-        cols = [c for c, _ in COLUMNS[table]]
-        if "step" not in cols:
+    stepped = [t for t in sorted(EXTRA_TABLES) if "step" in (c for c, _ in COLUMNS[t])]
+    present = {r[0] for r in con.execute(  # one look at which tables hold rows of this run, then only those
+        " UNION ALL ".join(f"SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {t} WHERE run_id = $1)" for t in stepped),
+        [run_id]).fetchall()}
+    for table in stepped:
+        if table not in present:
             continue
+        cols = [c for c, _ in COLUMNS[table]]
         order = "step" + (", idx" if "idx" in cols else "")
         rel = con.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE run_id = ? ORDER BY {order}", [run_id])
         rows = [dict(zip(cols, r)) for r in rel.fetchall()]
