@@ -100,3 +100,12 @@ def test_ui_bench_prints_its_figures() -> None:
     for label in ("runs page ", "run page, 6", "backtrack page, 6", "SQL page (fenced)"):
         assert label in out, label
     assert "goal ≤ 200 ms" in out and "goal ≤ 300 ms" in out
+
+
+def test_resume_bench_prints_its_figures() -> None:
+    out = run("bench/resume.py", "--rounds", "20", "--reps", "1")
+    assert "## resume and fork from a file: a paused run of 41 recorded steps" in out
+    assert "baseline: load the run record (store.run)" in out
+    assert "0 live model calls" in out  # the gate's call before its pause was answered from the record
+    assert "fork from step 20: load, rebuild the state" in out
+    assert "then run its" in out

@@ -23,6 +23,8 @@ EXPECTED = {
     "streaming_chat.py": ["[requested lookup_order] [finished lookup_order] Order A7 has shipped", "Order B2"],
     "subflow.py": ["rejected: scam", "parent"],
     "sql_recipes.py": ["Slowest stages", "lookup_order", "contradicted", "flagged"],
+    "approval.py": ["is paused at stage 'approve'", "model calls in process 2: 0", "human input by maria",
+                    "2 approve (paused), 3 approve (ok)"],
 }
 
 

@@ -11,6 +11,8 @@ under the step that ran it; ``model_calls`` rows become ``chat {model}`` spans
 become child spans of their step. Every span carries ``tracemem.run_id`` (and
 ``tracemem.step``) so a trace in any backend leads back to the DuckDB file; the
 trace id is recorded on the run (``run.trace_id``, shown by ``tracemem show``).
+A paused run's span ends with ``tracemem.status = paused``; resumed (in any process), its
+new run span links to the run span from before the pause (``runs.trace_id``, ``runs.span_id``).
 
 Content -- prompts, replies, decision evidence, run input and output, logs -- stays
 in the DuckDB file unless ``capture_content=True``.
@@ -30,13 +32,15 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import weakref
 from typing import Any, Optional
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .flow.sinks import default_sinks
+from .genai import attribute_value, input_messages, output_messages, tool_call_attributes
 from .record import Decision, Read, Step, Write
 from .run import Run
 
@@ -95,39 +99,11 @@ def _error_type(message: Optional[str]) -> str:
     return match.group(1) if match else "_OTHER"
 
 
-def _value(value: Any) -> Any:
-    """An attribute value OpenTelemetry accepts (None = leave the attribute out)."""
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                for v in value):
-        return list(value)
-    return json.dumps(value, default=str)
-
-
-def _text_parts(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, list):  # already parts
-        return [p if isinstance(p, dict) else {"type": "text", "content": str(p)} for p in content]
-    return [{"type": "text", "content": "" if content is None else str(content)}]
-
-
-def _input_messages(prompt: dict[str, Any]) -> Optional[str]:
-    """A `prompts` row as `gen_ai.input.messages` (JSON, role + parts)."""
-    messages = prompt.get("messages")
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except ValueError:
-            messages = None
-    if isinstance(messages, list) and messages:
-        return json.dumps([{"role": m.get("role", "user"), "parts": _text_parts(m.get("content"))}
-                           if isinstance(m, dict) else {"role": "user", "parts": _text_parts(m)}
-                           for m in messages], default=str)
-    if prompt.get("text") is not None:
-        return json.dumps([{"role": "user", "parts": _text_parts(prompt["text"])}])
-    return None
+def _links(run: Run) -> list[Link]:
+    """Links from a resumed run's span to its spans before the pause (recorded ids: hex text)."""
+    contexts = [SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                for t, s in run.links if re.fullmatch(r"[0-9a-f]{32}", t) and re.fullmatch(r"[0-9a-f]{16}", s)]
+    return [Link(c, {"tracemem.link": "resumed", "tracemem.run_id": run.run_id}) for c in contexts if c.is_valid]
 
 
 class _RunSpans:
@@ -183,9 +159,11 @@ class OTelSink:
                 parent.waiting.setdefault(run.parent_step, []).append(state)  # type: ignore[arg-type]
         else:
             span = self.tracer.start_span(f"invoke_workflow {run.pipeline}", kind=SpanKind.INTERNAL,
-                                          attributes=self._run_attributes(run), start_time=run.started_at)
+                                          attributes=self._run_attributes(run), links=_links(run),
+                                          start_time=run.started_at if run.resumed_from is None else time.time_ns())
             context = span.get_span_context()
             state.trace_id = run.trace_id = format(context.trace_id, "032x") if context.is_valid else None
+            run.span_id = format(context.span_id, "016x") if context.is_valid else None
             if span.is_recording():
                 state.span, state.ctx = span, trace.set_span_in_context(span)
             else:
@@ -228,6 +206,11 @@ class OTelSink:
             attributes["tracemem.parent_step"] = run.parent_step
         if run.continues is not None:
             attributes["tracemem.continues_run_id"] = run.continues
+        if run.resumed_from is not None:
+            attributes["tracemem.resumed"] = True
+        if run.forked_from_run_id is not None:
+            attributes["tracemem.forked_from_run_id"] = run.forked_from_run_id
+            attributes["tracemem.forked_from_step"] = run.forked_from_step
         if self.capture_content:
             attributes["tracemem.input"] = run.input_json
         return attributes
@@ -244,17 +227,17 @@ class OTelSink:
         if step.child_run_id is not None:
             attributes["tracemem.child_run_id"] = step.child_run_id
         tool_call = next((row for table, row in rows if table == "tool_calls"), None)
-        if step.stage in state.tools or tool_call is not None:
-            tool_name = tool_call["name"] if tool_call is not None else step.name
-            name = f"execute_tool {tool_name}"
+        if tool_call is not None:  # a tool agent's tool step: named after the tool it ran
+            attributes.update(tool_call_attributes(tool_call, self.capture_content))
+            name = f"execute_tool {tool_call['name']}"
+        elif step.stage in state.tools:
+            name = f"execute_tool {step.name}"
             attributes["gen_ai.operation.name"] = "execute_tool"
-            attributes["gen_ai.tool.name"] = tool_name
+            attributes["gen_ai.tool.name"] = step.name
             attributes["gen_ai.tool.type"] = "function"
-            description = state.tools.get(step.stage) if tool_call is None else None
+            description = state.tools[step.stage]
             if description:
                 attributes["gen_ai.tool.description"] = description
-            if tool_call is not None:
-                self._tool_call(attributes, tool_call)
         else:
             name = step.name
         if step.status != "ok":
@@ -280,18 +263,6 @@ class OTelSink:
             for child in children or ():
                 self._materialize(child, context)
         span.end(end_time=step.ended_at)
-
-    def _tool_call(self, attributes: dict[str, Any], row: dict[str, Any]) -> None:
-        """A `tool_calls` row on its tool step's span: the call id, the error; content only if captured."""
-        attributes["gen_ai.tool.call.id"] = row.get("call_id") or ""
-        if row.get("error"):
-            attributes["error.type"] = str(row.get("error_kind") or "_OTHER")
-        if self.capture_content:
-            arguments = row.get("arguments_text")
-            if arguments is not None:
-                attributes["gen_ai.tool.call.arguments"] = arguments
-            if row.get("result") is not None:
-                attributes["gen_ai.tool.call.result"] = row["result"]
 
     def _rows(self, state: _RunSpans, step: Step, rows: list[tuple[str, dict[str, Any]]], context: Any) -> None:
         if self.capture_content:
@@ -324,18 +295,12 @@ class OTelSink:
             attributes["error.type"] = _error_type(str(row["error"]))
         if self.capture_content:
             prompt = state.prompts.get(row.get("prompt_id")) if state.prompts else None  # type: ignore[arg-type]
-            messages = _input_messages(prompt) if prompt else None
+            messages = input_messages(prompt) if prompt else None
             if messages is not None:
                 attributes["gen_ai.input.messages"] = messages
-            calls = row.get("tool_calls")
-            calls = json.loads(calls) if isinstance(calls, str) else calls or []
-            if row.get("response") is not None:
-                parts = _text_parts(row["response"]) if row["response"] or not calls else []
-                parts += [{"type": "tool_call", "id": c.get("id"), "name": c.get("name"), "arguments": c.get("arguments")}
-                          for c in calls]
-                attributes["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "parts": parts, "finish_reason": "tool_calls" if calls else "stop"}],
-                    default=str)
+            output = output_messages(row)
+            if output is not None:
+                attributes["gen_ai.output.messages"] = output
         started = row.get("started_at")
         start = started if isinstance(started, int) else step.started_at
         latency = row.get("latency_ms")
@@ -352,7 +317,7 @@ class OTelSink:
         for key, value in (row.get("attributes") or {}).items():
             if key in CONTENT_ATTRIBUTES and not self.capture_content:
                 continue
-            value = _value(value)
+            value = attribute_value(value)
             if value is not None:
                 attributes[str(key)] = value
         attributes.setdefault("tracemem.run_id", state.run.run_id)
@@ -372,8 +337,11 @@ class OTelSink:
         """Build a subflow run's span under its parent step's span, then its waiting steps."""
         run = state.run
         span = self.tracer.start_span(f"invoke_workflow {run.pipeline}", context=parent, kind=SpanKind.INTERNAL,
-                                      attributes=self._run_attributes(run), start_time=run.started_at)
+                                      attributes=self._run_attributes(run), links=_links(run),
+                                      start_time=run.started_at if run.resumed_from is None else
+                                      min((s.started_at for s, _, _ in state.pending or ()), default=time.time_ns()))
         state.span, state.ctx = span, trace.set_span_in_context(span)
+        run.span_id = format(span.get_span_context().span_id, "016x")
         pending, state.pending = state.pending or [], None
         for step, decision, rows in pending:
             self._step(state, step, decision, rows)
@@ -388,7 +356,7 @@ class OTelSink:
                     self._materialize(child, state.ctx)
             state.waiting = None
         span.set_attribute("tracemem.status", run.status)
-        if run.status != "ok":
+        if run.status not in ("ok", "paused"):
             span.set_attribute("error.type", _error_type(run.error))
             span.set_status(Status(StatusCode.ERROR, run.error or run.status))
         if self.capture_content:

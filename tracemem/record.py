@@ -13,9 +13,10 @@ if TYPE_CHECKING:
     from .run import Run
 
 Verb = Literal["set", "append", "delete"]
-# map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call)
-StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop", "map-item", "tool"]
-StepStatus = Literal["ok", "failed"]
+# map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
+# edit: a fork's edits
+StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop", "edit", "map-item", "tool"]
+StepStatus = Literal["ok", "failed", "paused"]  # paused: the stage asked a human (ctx.interrupt)
 
 
 class Read(NamedTuple):

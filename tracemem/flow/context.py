@@ -2,10 +2,11 @@
 
 A stage that takes `ctx` can log lines kept with its step, leave a loop, call a
 chat model so that the call is recorded (`ctx.complete`), mark the run degraded
-while it still succeeds (`ctx.degrade`), and emit extra rows
-(`model_calls`, `prompt_sections`, ...) tied to its step. Everything it records
-goes into the step's recorder, which the runner hands to the sinks. A step of a
-`Pipeline.map` fan-out finds its element in `ctx.item`.
+while it still succeeds (`ctx.degrade`), pause the run for a human (`ctx.interrupt`,
+see `flow/interrupt.py`), and emit extra rows (`model_calls`, `prompt_sections`, ...)
+tied to its step. Everything it records goes into the step's recorder, which the
+runner hands to the sinks. A step of a `Pipeline.map` fan-out finds its element in
+`ctx.item`.
 """
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import copy
 import inspect
 import time
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
+from ..errors import TracememError
 from ..ids import new_id
 from ..scope.tracked import unwrap
+from .interrupt import Answer, Pause, PauseSignal, json_text
+from .replay import ReplayModel, request_hash
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -35,11 +39,11 @@ class StageContext:
     """
 
     __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
-                 "pipeline", "item", "_rec", "_events")
+                 "pipeline", "item", "_rec", "_answers", "_asked", "_replay", "_events")
 
     def __init__(self, run: "Run", rec: "StepRecorder", name: str, iteration: int, args: Mapping[str, Any],
-                 env: Mapping[str, Any], store: Any, *, item: Any = None,
-                 events: Optional["EventFeed"] = None) -> None:
+                 env: Mapping[str, Any], store: Any, answers: Optional[Sequence[Answer]] = (),
+                 replay: Any = None, *, item: Any = None, events: Optional["EventFeed"] = None) -> None:
         self.run_id = run.run_id
         self.run = run
         self.pipeline = run.pipeline
@@ -53,11 +57,38 @@ class StageContext:
         self.store = store
         self.item = item
         self._rec = rec
+        self._answers = answers  # None: a fork branch, which cannot pause
+        self._asked = 0
+        self._replay = replay  # a ReplayBook: calls whose exact request it holds are answered from it
         self._events = events  # set while the run streams events: tokens go there as they arrive
 
     def break_loop(self, reason: str = "") -> None:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
         self._rec.break_reason = reason or "break_loop() called"
+
+    def interrupt(self, payload: Any = None) -> Any:
+        """Pause the run for a human and return their answer.
+
+        The first time, the run ends with status `paused` and `run.pending == payload` (JSON-able).
+        `flow.resume(run, answer)` re-enters this stage from its start, and this call returns `answer`.
+        Work before the call is done again on re-entry, except model calls through `ctx.complete`,
+        which are answered from the record: put other side effects after it (see `flow/interrupt.py`)."""
+        if self._answers is None:
+            raise TracememError(
+                f"ctx.interrupt() in fork branch '{self.stage}' (run {self.run_id}): fork branches run together "
+                f"and commit together, so one cannot pause alone; ask in a stage before or after the fork")
+        asked, self._asked = self._asked, self._asked + 1
+        if asked < len(self._answers):
+            return self._answers[asked].answer
+        json_text(payload)  # refused now if it cannot be recorded
+        self._rec.pause = Pause(payload, self.stage, "interrupt", self.step)
+        raise PauseSignal(f"stage '{self.stage}' paused run {self.run_id} for an answer (ctx.interrupt)")
+
+    @property
+    def answer(self) -> Any:
+        """The answer this step was resumed with (its first one), or None: how a stage behind a
+        `pause_before=True` point reads the answer the run was resumed with."""
+        return self._answers[0].answer if self._answers else None
 
     def log(self, message: str) -> None:
         """A line kept with this step (`steps.logs`)."""
@@ -91,26 +122,36 @@ class StageContext:
 
         Options go to the model as given (`tools=`, `tool_choice=`, `schema=`, `on_token=`). While the
         run streams events (`flow.stream`), the reply streams too and each text fragment becomes a
-        `TokenDelta`; the recorded row is the same either way."""
-        call = {"call_id": new_id(48), "model": getattr(model, "name", None),
-                "provider": getattr(model, "provider", None), "prompt_id": prompt_id or None}
-        messages = [unwrap(m) for m in messages]  # a scope's tracked copies go out as plain messages
+        `TokenDelta`; the recorded row is the same either way. The row keeps the hash of the exact
+        request (`request_hash`: model name, messages, every option), so the call can be replayed
+        later; when the run replays a record (`flow.fork(..., replay=True)`, a resumed stage's calls
+        before its pause), a request found there is answered from it and the row says `replayed`."""
+        name = getattr(model, "name", None)
+        messages = [unwrap(m) for m in messages]  # a scope's tracked copies go out (and are hashed) as plain messages
+        h = request_hash(name, messages, options)
+        call = {"call_id": new_id(48), "model": name, "provider": getattr(model, "provider", None),
+                "prompt_id": prompt_id or None, "request_hash": h}
         events = self._events
         if events is not None and _takes_on_token(model):
             options["on_token"] = events.token_callback(self.run_id, self.step, self.stage, options.get("on_token"))
         started = time.time_ns()
         try:
-            reply = model.complete(messages, **options)
+            if self._replay is not None:
+                reply = ReplayModel(self._replay, live=model, name=name).answer(h, messages, options)
+            elif isinstance(model, ReplayModel):
+                reply = model.answer(h, messages, options)
+            else:
+                reply = model.complete(messages, **options)
         except Exception as err:
             partial = getattr(err, "partial", None)  # ModelError: a stream broke; keep what arrived
             self.emit("model_calls", **{**call, **(reply_columns(partial, call["model"]) if partial is not None else
                                                    {"response": None, "input_tokens": None, "output_tokens": None,
                                                     "tool_calls": None})},
                       latency_ms=(time.time_ns() - started) / 1e6, started_at=started,
-                      error=f"{type(err).__name__}: {err}")
+                      error=f"{type(err).__name__}: {err}", replayed=False)
             raise
-        self.emit("model_calls", **{**call, **reply_columns(reply, call["model"])},
-                  latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None)
+        self.emit("model_calls", **{**call, **reply_columns(reply, name)}, latency_ms=(time.time_ns() - started) / 1e6,
+                  started_at=started, error=None, replayed=bool(getattr(reply, "replayed", False)))
         if events is not None and getattr(reply, "tool_calls", None):
             events.tool_requested(self.run_id, self.step, self.stage, reply.tool_calls)
         return reply

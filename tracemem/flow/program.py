@@ -21,6 +21,7 @@ from ..errors import PipelineError
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..scope.view import ScopeView, view_class
+from .interrupt import mentions_interrupt
 from .spec import BranchNode, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode
 
 if TYPE_CHECKING:
@@ -117,12 +118,21 @@ class Program:
             elif isinstance(node, ForkNode):
                 self._register(node.id, at)
                 for spec in node.branches:
+                    if mentions_interrupt(spec.fn):
+                        raise PipelineError(
+                            f"fork '{node.id}': branch '{spec.id}' calls ctx.interrupt(), but fork branches run "
+                            f"together and commit together, so one cannot pause alone; ask in a stage before or "
+                            f"after the fork (.then(ask).fork(...))")
                     self._register(spec.id, None, spec)
                 self.ins.append(Instruction("fork", node.id, node=node))
             elif isinstance(node, SubflowNode):
                 self._register(node.spec.id, at, node.spec)
                 self.ins.append(Instruction("subflow", node.spec.id, node.spec, node=node))
             elif isinstance(node, MapNode):
+                if mentions_interrupt(node.spec.fn):
+                    raise PipelineError(
+                        f"map '{node.spec.id}' calls ctx.interrupt(), but its steps run together and commit together, "
+                        f"so one cannot pause alone; ask in a stage before or after it")
                 self._register(node.spec.id, at, node.spec)
                 self.ins.append(Instruction("map", node.spec.id, node.spec, node=node))
             elif isinstance(node, LoopNode):
@@ -218,7 +228,8 @@ class Program:
             kind = {"stage": "stage", "branch": "decider"}.get(ins.op, ins.op)
             spec = ins.spec
             g.add_node(ins.id, kind=kind, name=spec.name if spec else ins.id,
-                       description=spec.description if spec else None, tool=bool(spec and spec.tool))
+                       description=spec.description if spec else None, tool=bool(spec and spec.tool),
+                       **({"pause_before": True} if spec is not None and spec.pause_before else {}))
             if ins.op == "map":
                 g.nodes[ins.id]["over"] = ins.node.over
             if ins.op in ("stage", "subflow", "map"):

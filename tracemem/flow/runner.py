@@ -2,10 +2,15 @@
 
 Every step goes the same way: begin (number it, find the decision that routed
 here) → call the stage with its view (and context) → on error, record the step
-failed and abort → otherwise commit its writes and hand the finished step to the
+failed and abort; if it asked a human (`ctx.interrupt`), record it paused and end
+the run `paused` → otherwise commit its writes and hand the finished step to the
 sinks. The node kinds differ only in what they do around that path: a decider
 picks the next instruction, a loop counts its rounds, a fork runs several steps
 at once, a subflow runs a child program inside its step.
+
+A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a
+recorded run (scope, step numbers, iteration counts, loops, the instruction to
+continue at) and this module carries on from there, the same way.
 
 One coroutine runs every flow. A flow with no async stage is driven without an
 event loop (the coroutine never suspends, so `run()` costs no asyncio set-up); a
@@ -31,18 +36,19 @@ from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .events import EventFeed
-from .fork import fork_conflict, merge_branch, run_branches
+from .interrupt import Delivery, Pause
+from .parallel import ParallelSteps
 from .program import Instruction, Program
+from .steps import Abort, Begun, LoopState, Paused
 from .sinks import Sink
 from .spec import LoopNode, StageSpec, SubflowNode
-from .steps import Abort, Begun, LoopState
 from .sync import run_sync
 
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
 
 
-class Execution:
-    """The state of one run while it executes."""
+class Execution(ParallelSteps):
+    """The state of one run while it executes (forks and maps: `ParallelSteps`, flow/parallel.py)."""
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
                  store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
@@ -60,12 +66,47 @@ class Execution:
         self.counts: dict[str, int] = {}
         self.async_mode = False
         self.loops = LoopState()
+        # set by flow/resume.py when the run starts part-way (a resumed run, a fork):
+        self.restored = False  # run, state and args are set already
+        self.pc = 0  # the instruction to start at
+        self.prelude: Optional[StageSpec] = None  # a fork's edits, run as its first step
+        self.deliver: Optional[Delivery] = None  # answers for the first step of the stage re-entered
+        self.gate = -1  # a `pause_before` point already answered
+        self.replay: Any = None  # a ReplayBook: model calls answered from a record
+        self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
         self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
         self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
+        if not self.restored:
+            self._start()
+        run = self.run
+        for sink in self.sinks:
+            sink.begin_run(run)
+        cause: Optional[BaseException] = None
+        try:
+            if self.prelude is not None:
+                begun, _ = await self._step(EDITS, self.prelude, "edit")
+                self._finish(begun)
+            await self._execute_program(self.pc)
+            run.status = "ok"
+        except Paused as paused:
+            run.status, run.pending, run.resume_at = "paused", paused.pause.payload, paused.pause.record(paused.pc)
+        except Abort as abort:
+            run.status, run.error, cause = "failed", str(abort), abort.cause
+        except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
+            run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
+            self._end(run)
+            raise
+        self._end(run)
+        if run.status not in ("ok", "paused") and raise_on_error:
+            raise RunFailed(run, cause)
+        return run
+
+    def _start(self) -> None:
+        """A fresh run: its starting scope (the input, or a thread's state plus the input) and record."""
         program, previous = self.program, self.resume
         if previous is None:
             data = recorded = program.schema.initial(self.inputs, program.name)
@@ -86,22 +127,6 @@ class Execution:
         if previous is not None:
             run.continue_from(previous)
         self._note_query(data)
-        for sink in self.sinks:
-            sink.begin_run(run)
-        cause: Optional[BaseException] = None
-        try:
-            await self._execute_program()
-            run.status = "ok"
-        except Abort as abort:
-            run.status, run.error, cause = "failed", str(abort), abort.cause
-        except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
-            run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
-            self._end(run)
-            raise
-        self._end(run)
-        if run.status != "ok" and raise_on_error:
-            raise RunFailed(run, cause)
-        return run
 
     def _note_query(self, data: dict[str, Any]) -> None:
         if self.program.query and self.run.query is None:
@@ -118,9 +143,9 @@ class Execution:
         for sink in self.sinks:
             sink.end_run(run)
 
-    async def _execute_program(self) -> None:
+    async def _execute_program(self, pc: int = 0) -> None:
         ins_list, cancel = self.program.ins, self.cancel
-        pc, end = 0, len(ins_list)
+        end = len(ins_list)
         while pc < end:
             if cancel is not None and cancel.is_set():
                 raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
@@ -141,8 +166,13 @@ class Execution:
         self.counts[spec.id] = iteration + 1
         if self.events is not None:
             self.events.step_started(self.run, self.next_step, spec, kind, iteration)
-        return Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
-                     self.loops.routed_by(ins) if ins.regions else None)
+        begun = Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
+                      self.loops.routed_by(ins) if ins.regions else None)
+        if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
+            begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
+            for i, answer in enumerate(begun.answers):
+                begun.rec.rows.append(("human_inputs", answer.row(self.run.run_id, begun.rec.step, i)))
+        return begun
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
         """Call the stage function with its view (and context, if it takes one)."""
@@ -151,7 +181,7 @@ class Execution:
         view = self.program.view_class(rec)
         if spec.takes_ctx:
             ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store,
-                               item=begun.item, events=self.events)
+                               begun.answers, begun.replay or self.replay, item=begun.item, events=self.events)
             result = call(view, ctx)
         else:
             result = call(view)
@@ -167,6 +197,8 @@ class Execution:
             result = await (body(begun) if body is not None else self._call(begun))
         except Exception as err:
             raise self._fail(begun, err)
+        if begun.rec.pause is not None:  # it asked a human (and caught the signal)
+            raise self._pause(begun)
         return begun, result
 
     def _finish(self, begun: Begun, decision: Optional[Decision] = None, ended: Optional[int] = None) -> None:
@@ -174,8 +206,10 @@ class Execution:
         begun.rec.commit()
         self._record(begun, "ok", None, decision, ended)
 
-    def _fail(self, begun: Begun, error: BaseException) -> Abort:
+    def _fail(self, begun: Begun, error: BaseException) -> TracememError:
         """Record a failed step (its reads, rows and logs kept, its writes never committed)."""
+        if begun.rec.pause is not None:  # not a failure: `ctx.interrupt` ended the stage
+            return self._pause(begun)
         schema, data = self.program.schema, self.state.data
         own = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
         message = schema.mask_secrets(str(own), data)
@@ -183,6 +217,13 @@ class Execution:
         if isinstance(error, TracememError) and not isinstance(error, StageError):
             return Abort(message, error)
         return Abort(schema.mask_secrets(str(StageError(begun.spec.id, self.run.run_id, error)), data), error)
+
+    def _pause(self, begun: Begun) -> Paused:
+        """Record a paused step (its reads, rows and logs kept, its writes never committed): the run pauses,
+        and resuming re-enters the stage as the same iteration."""
+        self.counts[begun.spec.id] -= 1
+        self._record(begun, "paused", None, None, None)
+        return Paused(begun.rec.pause, self.program.ids.get(begun.spec.id))
 
     def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
                 ended: Optional[int]) -> None:
@@ -209,11 +250,17 @@ class Execution:
         return ins.target
 
     async def _do_stage(self, ins: Instruction, pc: int) -> int:
+        if ins.spec.pause_before:  # type: ignore[union-attr]
+            if self.gate != pc:
+                raise Paused(Pause({"before": ins.id}, str(ins.id), "before"), pc)
+            self.gate = -1  # answered: pass once
         begun = self._begin(ins, ins.spec, "stage")  # type: ignore[arg-type]
         try:  # `_step`, inlined: this is the hot path
             await self._call(begun)
         except Exception as err:
             raise self._fail(begun, err)
+        if begun.rec.pause is not None:  # it asked a human (and caught the signal)
+            raise self._pause(begun)
         decision, next_pc = None, pc + 1
         if begun.rec.break_reason is not None:
             decision, next_pc = self._break(ins, begun)
@@ -284,46 +331,6 @@ class Execution:
             self._finish(begun, Decision(begun.rec.step, "continue", {"when": when}))
         return ins.target
 
-    async def _do_fork(self, ins: Instruction, pc: int) -> int:
-        begun = [self._begin(ins, spec, "fork-branch") for spec in ins.node.branches]
-        return await self._parallel(ins, begun, [s.id for s in ins.node.branches], pc)
-
-    async def _do_map(self, ins: Instruction, pc: int) -> int:
-        spec: StageSpec = ins.spec  # type: ignore[assignment]
-        over = ins.node.over
-        begun = [self._begin(ins, spec, spec.kind) for _ in range(len(self.state.data.get(over) or ()))]
-        for i, b in enumerate(begun):  # the element, read through the step's recorder (a read of `over`)
-            b.item = unwrap(b.rec.read(over)[i])
-        return await self._parallel(ins, begun, [f"{spec.id}[{i}]" for i in range(len(begun))], pc) if begun \
-            else pc + 1
-
-    async def _parallel(self, ins: Instruction, begun: list[Begun], labels: list[str], pc: int) -> int:
-        """Run begun steps at once (a fork's branches, a map's elements); commit them in order, or none."""
-        outcomes = await run_branches(lambda i: self._call(begun[i]), [b.spec.is_async for b in begun],
-                                      self.async_mode)
-        for b, outcome in zip(begun, outcomes):
-            b.started = outcome.started
-        failed_at = next((i for i, o in enumerate(outcomes) if o.error is not None), -1)
-        failure: Optional[BaseException] = outcomes[failed_at].error if failed_at >= 0 else fork_conflict(
-            labels, [b.rec for b in begun])
-        decision, next_pc = None, pc + 1
-        breaker = next((i for i, b in enumerate(begun) if b.rec.break_reason is not None), -1)
-        if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
-            decision, next_pc = self._break(ins, begun[breaker])
-        if failure is not None:
-            abort: Optional[Abort] = None
-            for b, outcome in zip(begun, outcomes):
-                own = outcome.error
-                err = own if own is not None else failure if failed_at < 0 else TracememError(
-                    f"not committed: parallel step '{labels[failed_at]}' failed")
-                a = self._fail(b, err)
-                abort = abort or (a if own is not None or failed_at < 0 else None)
-            raise abort or Abort(str(failure), failure)
-        for i, (b, outcome) in enumerate(zip(begun, outcomes)):
-            merge_branch(self.state, b.rec)
-            self._record(b, "ok", None, decision if i == breaker else None, outcome.ended)
-        return next_pc
-
     async def _do_subflow(self, ins: Instruction, pc: int) -> int:
         node: SubflowNode = ins.node
 
@@ -333,13 +340,21 @@ class Execution:
                 child_inputs = unwrap(node.inputs(view))
             else:
                 child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
-            exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
-                            sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+            resumed = self.resume_child
+            if resumed is not None and resumed[0] == begun.spec.id:  # its child paused: resume that run
+                self.resume_child, exe = None, resumed[1]
+            else:
+                exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
+                                sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+                exe.replay = self.replay  # a fork replaying a record replays its subflows' calls too
             exe.events = self.events
             coro = exe.execute(False, async_mode=self.async_mode)
             child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
             begun.child_run_id = child.run_id
-            self.run.children.append(child)
+            self.run.children = [c for c in self.run.children if c.run_id != child.run_id] + [child]
+            if child.status == "paused":  # the parent pauses with it; resuming the parent resumes the child
+                begun.rec.pause = Pause(child.pending, begun.spec.id, "subflow", begun.rec.step, child.run_id)
+                return
             if child.status != "ok":
                 raise TracememError(f"subflow '{node.flow.name}' (child run {child.run_id}) failed: {child.error}")
             for parent_field, child_field in node.outputs.items():
@@ -353,6 +368,8 @@ class Execution:
         self._finish(begun)
         return pc + 1
 
+
+EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop
 
 # What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
 HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {

@@ -1,8 +1,9 @@
-"""What an executing run keeps besides its scope: the step in flight, the loops' state, and the
-signal that ends a run as failed.
+"""What an executing run keeps besides its scope: the step in flight, the loops' state, and the two
+signals that end a run early (failed, paused).
 
-They sit apart from the runner so that the runner stays one readable story (the step
-path and what each node kind does around it).
+They sit apart from the runner so that `flow/resume.py`, which rebuilds an execution's
+state from a recorded run, builds the very same objects (`LoopState` above all) that
+the runner keeps while a run goes.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Optional
 from ..errors import TracememError
 from ..record import StepKind
 from ..scope.recorder import StepRecorder
+from .interrupt import Pause
 from .program import Instruction
 from .spec import StageSpec
 
@@ -25,16 +27,28 @@ class Abort(TracememError):
         self.cause = cause
 
 
+class Paused(TracememError):
+    """Ends a run as paused (internal, like Abort): the pause, and the instruction it continues at."""
+
+    def __init__(self, pause: Pause, pc: Optional[int]) -> None:
+        super().__init__(f"paused at stage '{pause.stage}'")
+        self.pause, self.pc = pause, pc
+
+
 class Begun:
     """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
 
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "item")
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
+                 "item")
 
     def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
                  routed_by: Optional[int]) -> None:
         self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
         self.started = time.time_ns()
         self.child_run_id: Optional[str] = None
+        # what ctx.interrupt returns (None: cannot, in a step that runs beside others)
+        self.answers: Any = None if kind in ("fork-branch", "map-item", "tool") else ()
+        self.replay: Any = None  # a re-entered stage: its model calls before the pause, to answer from
         self.item: Any = None  # a map step's element (`ctx.item`)
 
 

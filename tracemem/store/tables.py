@@ -85,6 +85,22 @@ V4_MIGRATION: list[str] = [
 # Version 5: judgements on recorded values, and the runs they (or flagged memories) make suspect.
 V5_MIGRATION: list[str] = [FEEDBACK_DDL, SUSPECT_VIEW_DDL]
 
+# Version 6: pause, resume, fork and replay (issue 14). A paused run holds its question in `pending` and
+# where it continues in `resume_at`; a fork names the run and step it started from; a human's answers are
+# rows of their own; each model call keeps the hash of its exact request and whether it was replayed.
+V6_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN pending JSON",
+    "ALTER TABLE runs ADD COLUMN resume_at JSON",
+    "ALTER TABLE runs ADD COLUMN forked_from_run_id VARCHAR",
+    "ALTER TABLE runs ADD COLUMN forked_from_step INTEGER",
+    "ALTER TABLE runs ADD COLUMN span_id VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN request_hash VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN replayed BOOLEAN",
+    """CREATE TABLE human_inputs (
+        run_id VARCHAR, step INTEGER, idx INTEGER, input_id VARCHAR, payload JSON, answer JSON,
+        answered_by VARCHAR, asked_step INTEGER, answered_at TIMESTAMP_NS)""",
+]
+
 # Version 9: tool calls (issue 13). A model call keeps the tool calls its reply asked for; each tool call a
 # tool agent ran is a row of its own (its step is the tool step), with its outcome and timing.
 V9_MIGRATION: list[str] = [
@@ -95,12 +111,13 @@ V9_MIGRATION: list[str] = [
         started_at TIMESTAMP_NS, duration_ms DOUBLE)""",
 ]
 
-# 6 to 8 are other branches' versions (renumbered when merged).
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION, 6: [], 7: [],
-                                    8: [], 9: V9_MIGRATION}
+# 7 and 8 are other branches' versions (renumbered when merged).
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
+                                    6: V6_MIGRATION, 7: [], 8: [], 9: V9_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
-              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback", "tool_calls")
+              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",
+              "human_inputs", "tool_calls")
 ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
 VIEWS = ("suspect_runs",)  # derived from the tables, never stored
 

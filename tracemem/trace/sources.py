@@ -1,11 +1,11 @@
 """Backtracking beyond the scope: model calls, tool calls, prompt sections, memories, past runs.
 
 For any step on a trace, the rows that step emitted (`model_calls`, `tool_calls`,
-`memory_uses`, `snapshot_uses`) become nodes. A model call leads to its prompt
-sections and to what its step read (the conversation it was sent: a tool result
-there leads on to the tool step, and through it to the model call that asked for
-the tool). From a memory the walk continues, through its provenance, into the run
-and step that extracted it — following there only what explains the memory: the
+`human_inputs`, `memory_uses`, `snapshot_uses`) become nodes. A model call leads to
+its prompt sections and to what its step read (the conversation it was sent: a tool
+result there leads on to the tool step, and through it to the model call that asked
+for the tool). From a memory the walk continues, through its provenance, into the
+run and step that extracted it — following there only what explains the memory: the
 extraction's model call and the reads that carried the user's turn (the question,
 the turn id), not the values a model wrote (the assistant's reply), which the
 extraction also read. The walker calls `step_sources` for every write and step it
@@ -53,6 +53,13 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int, t
                  name=tool["name"], arguments=_json(tool.get("arguments")), arguments_text=tool.get("arguments_text"),
                  result=tool.get("result"), error=tool.get("error"), error_kind=tool.get("error_kind"),
                  truncated=tool.get("truncated"), duration_ms=tool.get("duration_ms")):
+            w.link(node, child, "source")
+    for answer in idx.rows("human_inputs", step):
+        child = f"hi:{run_id}:{answer['input_id']}"
+        if w.add(child, depth + 1, idx, None, kind="human_input", run_id=run_id, step=step,
+                 input_id=answer["input_id"], by=answer.get("answered_by"), answer=_json(answer.get("answer")),
+                 asked=_json(answer.get("payload")), asked_step=answer.get("asked_step"),
+                 answered_at=answer.get("answered_at")):
             w.link(node, child, "source")
     for use in idx.rows("memory_uses", step):
         if use["outcome"] == "injected":
