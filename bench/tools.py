@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -107,19 +108,25 @@ def agent_flow(calls: int, per_turn: bool) -> Any:
     return tool_agent([tool(lookup)], model=ScriptedModel(default=brain), max_turns=calls + 1).build()
 
 
-def agent_runs_us(store: Optional[Store], flows: dict[str, Any], runs: int, rounds: int) -> dict[str, float]:
-    """µs per run of each flow: batches of ``runs`` runs, the flows interleaved round by round (so all see
-    the same machine load), the best batch of each kept (the shared machine's quiet moments)."""
-    best = {name: float("inf") for name in flows}
+def agent_runs_us(store: Optional[Store], flows: dict[str, Any], runs: int, rounds: int) -> dict[str, list[float]]:
+    """µs per run of each flow (wall time: the store's writer works beside it), one batch of ``runs`` runs per round, the flows interleaved round by round
+    (so within a round all see the same machine load)."""
+    times: dict[str, list[float]] = {name: [] for name in flows}
     for _ in range(rounds):
         for name, flow in flows.items():
             start = time.perf_counter()
             for _ in range(runs):
                 flow.run({"question": "weather in Oslo?"}, store=store)
-            best[name] = min(best[name], (time.perf_counter() - start) / runs * 1e6)
+            times[name].append((time.perf_counter() - start) / runs * 1e6)
         if store is not None:
             store.flush()
-    return best
+    return times
+
+
+def per_call(times: dict[str, list[float]], k: int, many: str = "many") -> float:
+    """What one more tool call costs: the median over rounds of (time(k calls) - time(1 call)) / (k - 1), each
+    round's pair measured back to back (a shared machine's load changes between rounds, less within one)."""
+    return statistics.median((m - o) / (k - 1) for m, o in zip(times[many], times["one"]))
 
 
 def bench_agent(runs: int) -> None:
@@ -127,26 +134,26 @@ def bench_agent(runs: int) -> None:
     helper = ToolSet([tool(lookup)])
     call = ToolCall(id="c1", name="lookup", arguments={"city": "Oslo", "days": 3})
     run_us = per_call_us(lambda: helper.run(call), 20_000)
-    k = 8
+    k, rounds = 8, 15
     flows = {"one": agent_flow(1, False), "many": agent_flow(k, False), "turns": agent_flow(k, True)}
     with tempfile.TemporaryDirectory() as tmp, Store(str(Path(tmp) / "bench.duckdb")) as store:
         agent_runs_us(store, flows, 5, 1)  # warm up: threads, the file, the caches
-        best = agent_runs_us(store, flows, max(runs // 10, 2), 10)
-    bare = agent_runs_us(None, {"one": flows["one"], "many": flows["many"]}, max(runs // 10, 2), 10)
-    one, many, turns = best["one"], best["many"], best["turns"]
-    per_call = (many - one) / (k - 1)
-    per_turn = (turns - one) / (k - 1)
-    print(f"tool agent, durability \"run\" (DuckDB file), scripted model, best of 10 interleaved batches (µs)")
+        times = agent_runs_us(store, flows, max(runs // 10, 2), rounds)
+    bare = agent_runs_us(None, {"one": flows["one"], "many": flows["many"]}, max(runs // 10, 2), rounds)
+    one, many = statistics.median(times["one"]), statistics.median(times["many"])
+    added = per_call(times, k)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"tool agent, durability \"run\" (DuckDB file), scripted model, {rounds} interleaved rounds (µs, medians; "
+          f"load average {load:.1f} on {os.cpu_count()} cores)")
     print(f"  agent run, model asks for 1 call, then answers   {one:9.1f} µs per run")
     print(f"  agent run, model asks for {k} calls in one reply    {many:9.1f} µs per run")
-    print(f"  one more tool call (parallel, same reply)        {per_call:9.1f} µs   the tool itself {own:5.2f} µs")
-    print(f"  recording overhead per tool call                 {per_call - own:9.1f} µs (goal <= 50 µs)")
+    print(f"  one more tool call (parallel, same reply)        {added:9.1f} µs   the tool itself {own:5.2f} µs")
+    print(f"  recording overhead per tool call                 {added - own:9.1f} µs (goal <= 50 µs)")
     print(f"    of which ToolSet.run (validate, call, render)  {run_us - own:9.1f} µs; the step, its record and "
-          f"the model's longer conversation {per_call - run_us:.1f} µs")
-    print(f"  one more round of think -> route -> tool         {per_turn:9.1f} µs   (a model call and two steps "
-          "more per call)")
-    print(f"  the same without a store (recorded in memory)    {(bare['many'] - bare['one']) / (k - 1) - own:9.1f} µs "
-          "per tool call")
+          f"the model's longer conversation {added - run_us:.1f} µs")
+    print(f"  one more round of think -> route -> tool         {per_call(times, k, 'turns'):9.1f} µs   (a model call "
+          "and two steps more per call)")
+    print(f"  the same without a store (recorded in memory)    {per_call(bare, k) - own:9.1f} µs per tool call")
 
 
 class Asked(BaseModel):

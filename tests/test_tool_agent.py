@@ -261,3 +261,31 @@ def test_a_toolset_with_a_size_cap_records_the_cut(server):
     row = run.rows["tool_calls"][0]
     assert row["truncated"] is True and row["original_chars"] == 500 and len(row["result"]) <= 100
     assert "[truncated: showing the first" in tool_messages(server.requests[1])[0]["content"]
+
+
+def test_a_forked_tool_agent_replays_its_recorded_tool_calls_without_the_model():
+    model = ScriptedModel(replies=[ToolCall(name="lookup_order", arguments={"order_id": "A1"}), "A1 has shipped."])
+    flow = tool_agent([lookup_order], model="model").build()
+    with Store(":memory:") as store:
+        run = flow.run({"question": "Where is A1?"}, store=store, env={"model": model})
+        silent = ScriptedModel(name=model.name)  # no replies: any call that reaches it fails
+        again = flow.fork(run, 0, store=store, env={"model": silent}, replay=True)
+        assert again.output.answer == "A1 has shipped." and silent.calls == []
+        assert [r["replayed"] for r in again.rows["model_calls"]] == [True, True]
+        assert again.rows["model_calls"][0]["tool_calls"] == run.rows["model_calls"][0]["tool_calls"]
+        assert [r["result"] for r in again.rows["tool_calls"]] == ['{"order_id":"A1","status":"shipped"}']
+
+
+def test_a_map_stage_cannot_pause():
+    class Items(BaseModel):
+        items: list[int] = []
+
+    def ask(scope: Items, ctx: Any) -> None:
+        ctx.interrupt({"approve": ctx.item})
+
+    with pytest.raises(PipelineError, match="map 'ask' calls ctx.interrupt"):
+        Pipeline("p", Items).map(ask, over="items").build()
+    with pytest.raises(PipelineError, match="over='nope': the scope Items has no field 'nope'"):
+        Pipeline("p", Items).map(ask, over="nope")
+    with pytest.raises(PipelineError, match="must take \\(scope, ctx\\)"):
+        Pipeline("p", Items).map(lambda s: None, over="items")

@@ -13,7 +13,7 @@ step to the write that put its element there).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Awaitable, Callable, Optional
 
 from ..errors import TracememError
 from ..scope.tracked import unwrap
@@ -68,3 +68,8 @@ class ParallelSteps:
             merge_branch(self.state, b.rec)
             self._record(b, "ok", None, decision if i == breaker else None, outcome.ended)
         return next_pc
+
+
+# The runner's handlers for these kinds (`flow/runner.py` HANDLERS).
+PARALLEL_HANDLERS: dict[str, Callable[..., Awaitable[int]]] = {"fork": ParallelSteps._do_fork,
+                                                               "map": ParallelSteps._do_map}

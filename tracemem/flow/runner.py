@@ -37,7 +37,7 @@ from ..scope.tracked import unwrap
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .events import EventFeed
 from .interrupt import Delivery, Pause
-from .parallel import ParallelSteps
+from .parallel import PARALLEL_HANDLERS, ParallelSteps
 from .program import Instruction, Program
 from .steps import Abort, Begun, LoopState, Paused
 from .sinks import Sink
@@ -374,5 +374,4 @@ EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside
 # What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
 HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
     "jump": Execution._do_jump, "stage": Execution._do_stage, "branch": Execution._do_branch,
-    "loop": Execution._do_loop, "fork": Execution._do_fork, "subflow": Execution._do_subflow,
-    "map": Execution._do_map}
+    "loop": Execution._do_loop, "subflow": Execution._do_subflow, **PARALLEL_HANDLERS}
