@@ -109,8 +109,8 @@ def agent_flow(calls: int, per_turn: bool) -> Any:
 
 
 def agent_runs_us(store: Optional[Store], flows: dict[str, Any], runs: int, rounds: int) -> dict[str, list[float]]:
-    """µs per run of each flow (wall time: the store's writer works beside it), one batch of ``runs`` runs per round, the flows interleaved round by round
-    (so within a round all see the same machine load)."""
+    """µs per run of each flow (wall time: the store's writer works beside it), one batch of ``runs`` runs
+    per round, the flows interleaved round by round (so within a round all see the same machine load)."""
     times: dict[str, list[float]] = {name: [] for name in flows}
     for _ in range(rounds):
         for name, flow in flows.items():

@@ -43,8 +43,9 @@ def _field(scope: type, label: str, value: Optional[str], default: Optional[str]
         return value
     if value == default and not required:
         return None
+    fields = ", ".join(scope.model_fields)  # type: ignore[attr-defined]
     raise PipelineError(f"tool_agent: {label}='{value}' but the scope {scope.__name__} has no such field "
-                        f"(fields: {', '.join(scope.model_fields)}); pass {label}=<field name>")  # type: ignore[attr-defined]
+                        f"(fields: {fields}); pass {label}=<field name>")
 
 
 def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]], *,
@@ -54,7 +55,7 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
                prompt_id_from: Optional[str] = "prompt_id", messages_from: str = "messages",
                question_from: Optional[str] = "question", pending_from: str = "pending_tool_calls",
                into: str = "answer") -> Pipeline[Any]:
-    """Append think → route → tools → … → final to `pipeline` (or a new `Pipeline(name, scope)`) and return it.
+    """Append think → route → tools → … → final to `pipeline` (or a new `Pipeline(name, scope)`); return it.
 
     `tools` is a ToolSet or the tools (functions become tools); `model` a ChatModel or the `env` key
     holding one; `max_turns` the most rounds of tool calls before the run fails."""

@@ -74,7 +74,8 @@ def test_a_tool_call_with_content_null_runs_the_tool_and_the_model_answers(serve
         assert first["messages"] == [{"role": "user", "content": "Where is order A1?"}]
         assistant = second["messages"][1]
         assert assistant["content"] is None and assistant["tool_calls"] == [
-            {"id": "call_a", "type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A1"}'}}]
+            {"id": "call_a", "type": "function",
+             "function": {"name": "lookup_order", "arguments": '{"order_id": "A1"}'}}]
         assert tool_messages(server.requests[1]) == [
             {"role": "tool", "content": '{"order_id":"A1","status":"shipped"}', "tool_call_id": "call_a"}]
         assert run.output.messages[-1] == Message(role="assistant", content="Order A1 has shipped.")

@@ -70,7 +70,8 @@ def check_chain(trace: Trace, run_id: str) -> None:
     assert g.nodes[user]["value"] == {"name": "Dana"}
     pending = only(trace, result, "write", "data", path="pending_tool_calls", stage="think")
     asking = only(trace, pending, "model_call", "source")
-    assert g.nodes[asking]["tool_calls"] == [{"id": "call_7", "name": "order_status", "arguments": '{"order_id": "A7"}'}]
+    assert g.nodes[asking]["tool_calls"] == [{"id": "call_7", "name": "order_status",
+                                              "arguments": '{"order_id": "A7"}'}]
     memory_line = only(trace, asking, "prompt_section", "source", section="memory")
     memory = only(trace, memory_line, "memory", "source")
     assert g.nodes[memory]["text"] == FACT

@@ -163,7 +163,8 @@ def reply_columns(reply: Any, model: Optional[str]) -> dict[str, Any]:
     usage = getattr(reply, "usage", None)
     calls = getattr(reply, "tool_calls", None)
     return {"model": getattr(reply, "model", None) or model, "response": reply.text,
-            "input_tokens": getattr(usage, "input_tokens", None), "output_tokens": getattr(usage, "output_tokens", None),
+            "input_tokens": getattr(usage, "input_tokens", None),
+            "output_tokens": getattr(usage, "output_tokens", None),
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments_text} for c in calls] if calls
             else None}
 

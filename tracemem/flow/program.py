@@ -131,8 +131,8 @@ class Program:
             elif isinstance(node, MapNode):
                 if mentions_interrupt(node.spec.fn):
                     raise PipelineError(
-                        f"map '{node.spec.id}' calls ctx.interrupt(), but its steps run together and commit together, "
-                        f"so one cannot pause alone; ask in a stage before or after it")
+                        f"map '{node.spec.id}' calls ctx.interrupt(), but its steps run together and commit "
+                        f"together, so one cannot pause alone; ask in a stage before or after it")
                 self._register(node.spec.id, at, node.spec)
                 self.ins.append(Instruction("map", node.spec.id, node.spec, node=node))
             elif isinstance(node, LoopNode):

@@ -5,8 +5,10 @@ here) → call the stage with its view (and context) → on error, record the st
 failed and abort; if it asked a human (`ctx.interrupt`), record it paused and end
 the run `paused` → otherwise commit its writes and hand the finished step to the
 sinks. The node kinds differ only in what they do around that path: a decider
-picks the next instruction, a loop counts its rounds, a fork runs several steps
-at once, a subflow runs a child program inside its step.
+picks the next instruction, a loop counts its rounds, a fork or a map runs several
+steps at once (flow/parallel.py), a subflow runs a child program inside its step.
+While a run streams (`flow.stream`), each step's start goes to its event feed and
+the run stops before its next step once its reader leaves (flow/streaming.py).
 
 A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a
 recorded run (scope, step numbers, iteration counts, loops, the instruction to
