@@ -204,3 +204,19 @@ def test_a_store_written_with_dict_messages_loads_into_typed_messages_and_the_th
         assert first.graph.nodes[first.root]["run_id"] == old_id
         assert model.calls[0][:2] == [{"role": "user", "content": "Where is A1?"},
                                       {"role": "assistant", "content": "Order A1 shipped on Monday."}]
+
+
+def test_show_calls_lists_the_tool_calls_asked_for_and_run(tmp_path, capsys):
+    from tracemem.cli import main as cli
+
+    path = str(tmp_path / "agent.duckdb")
+    with Store(path) as store:
+        model = ScriptedModel(replies=[[ToolCall(id="c1", name="order_status", arguments={"order_id": "A7"}),
+                                        ToolCall(id="c2", name="nope")], "done"], name="agent")
+        run = tool_agent([order_status], model=model).build().run({"question": "A7?", "user": {"name": "Dana"}},
+                                                                  store=store)
+    assert cli(["show", run.run_id[:8], "--calls", "--db", path]) == 0
+    out = capsys.readouterr().out
+    assert 'asked for tool order_status({"order_id": "A7"}) [c1]' in out
+    assert 'tool order_status({"order_id": "A7"}) [c1] returned:' in out and "delivered to the Porto office" in out
+    assert "tool nope() [c2] failed (unknown_tool): UnknownToolError" in out
