@@ -15,7 +15,7 @@ from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -101,8 +101,11 @@ V6_MIGRATION: list[str] = [
         answered_by VARCHAR, asked_step INTEGER, answered_at TIMESTAMP_NS)""",
 ]
 
+# Version 7: a counterfactual run says what it tests (the source it leaves out, the run and value it re-asks).
+V7_MIGRATION: list[str] = ["ALTER TABLE runs ADD COLUMN counterfactual JSON"]
+
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
-                                  6: V6_MIGRATION}
+                                  6: V6_MIGRATION, 7: V7_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",
