@@ -98,6 +98,10 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
                 ctx.log("extract_memories: continuation call, skipped")
                 report["skipped"] = "continuation"
                 return
+            if ctx.without:  # a what-if re-execution (trace.counterfactual) must never teach the memory anything
+                ctx.log("extract_memories: a counterfactual run stores no memories, skipped")
+                report["skipped"] = "counterfactual"
+                return
             _extract(scope, ctx, report)
         except Exception as err:  # never breaks the run: routed to on_error, logged and marked in the step
             report["error"] = f"{type(err).__name__}: {err}"

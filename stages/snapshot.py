@@ -80,7 +80,7 @@ def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, 
         status = dict(store.sql("SELECT run_id, status FROM runs WHERE list_contains(?, run_id)",
                                 [ids]).fetchall()) if ids else {}
         suspect = store.suspect(ids)
-        hits = [h for h in found if status.get(h[0]) == "ok" and h[0] not in suspect]
+        hits = [h for h in found if status.get(h[0]) == "ok" and h[0] not in suspect and not ctx.excluded("run", h[0])]
         if len(hits) >= top_k or len(found) < k:  # enough, or no more candidates above min_score
             break
         k *= 2
@@ -93,6 +93,8 @@ def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, 
             ctx.log(f"load_snapshot: skipped past run {run_id} (status {status.get(run_id)}, similarity {score:.2f})")
         elif run_id in suspect:
             ctx.log(f"load_snapshot: skipped suspect past run {run_id} ({suspect[run_id]}; similarity {score:.2f})")
+        elif ctx.excluded("run", run_id):
+            ctx.log(f"load_snapshot: left out past run {run_id} (counterfactual; similarity {score:.2f})")
     return chosen
 
 

@@ -62,6 +62,16 @@ class StageContext:
         self._replay = replay  # a ReplayBook: calls whose exact request it holds are answered from it
         self._events = events  # set while the run streams events: tokens go there as they arrive
 
+    @property
+    def without(self) -> frozenset[str]:
+        """The sources ("memory:m_…", "run:…", "section:KIND:ID") this run leaves out: a counterfactual run
+        (`trace.counterfactual`) asks recall, prompt assembly and load_snapshot to act as if they were gone."""
+        return self.run.without
+
+    def excluded(self, kind: str, source_id: Optional[str]) -> bool:
+        """Whether this run leaves out the source `kind:source_id` (see `without`)."""
+        return bool(self.run.without) and source_id is not None and f"{kind}:{source_id}" in self.run.without
+
     def break_loop(self, reason: str = "") -> None:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
         self._rec.break_reason = reason or "break_loop() called"

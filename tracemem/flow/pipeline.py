@@ -25,7 +25,8 @@ runner the compiled `Program`; the runner never sees the Flow.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable, Generic, Iterator, Mapping, Optional, TypeVar, Union, get_origin
+from typing import (Any, AsyncIterator, Callable, Generic, Iterable, Iterator, Mapping, Optional, TypeVar, Union,
+                    get_origin)
 
 from pydantic import BaseModel
 
@@ -245,22 +246,27 @@ class Flow(Generic[S]):
     def fork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
              store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
              durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
-             raise_on_error: bool = True) -> Run:
+             raise_on_error: bool = True, without: Iterable[str] = (),
+             counterfactual: Optional[dict[str, Any]] = None) -> Run:
         """Start a new run from `run`'s recorded state after `after_step` (a step number, or a stage id: its
         last execution; 0: the run's start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
         recorded (`forked_from_run_id`, `forked_from_step`); `replay=True` answers every model call whose
-        exact request the original recorded from the record, so only changed prompts reach the model."""
+        exact request the original recorded from the record, so only changed prompts reach the model.
+        `without` lists sources the new run leaves out (see `trace.counterfactual`)."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
-                             subject=subject, sinks=self._sinks(store, durability, tracer_provider))
+                             subject=subject, sinks=self._sinks(store, durability, tracer_provider),
+                             without=without, counterfactual=counterfactual)
         return self._drive(exe, raise_on_error, "afork")
 
     async def afork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
                     store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
                     durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
-                    raise_on_error: bool = True) -> Run:
+                    raise_on_error: bool = True, without: Iterable[str] = (),
+                    counterfactual: Optional[dict[str, Any]] = None) -> Run:
         """`fork` for callers already inside an event loop."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
-                             subject=subject, sinks=self._sinks(store, durability, tracer_provider))
+                             subject=subject, sinks=self._sinks(store, durability, tracer_provider),
+                             without=without, counterfactual=counterfactual)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def _drive(self, exe: Execution, raise_on_error: bool, async_name: str) -> Run:

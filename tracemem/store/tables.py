@@ -101,6 +101,9 @@ V6_MIGRATION: list[str] = [
         answered_by VARCHAR, asked_step INTEGER, answered_at TIMESTAMP_NS)""",
 ]
 
+# Version 7: a counterfactual run says what it tests (the source it leaves out, the run and value it re-asks).
+V7_MIGRATION: list[str] = ["ALTER TABLE runs ADD COLUMN counterfactual JSON"]
+
 # Version 9: tool calls (issue 13). A model call keeps the tool calls its reply asked for; each tool call a
 # tool agent ran is a row of its own (its step is the tool step), with its outcome and timing.
 V9_MIGRATION: list[str] = [
@@ -111,9 +114,9 @@ V9_MIGRATION: list[str] = [
         started_at TIMESTAMP_NS, duration_ms DOUBLE)""",
 ]
 
-# 7 and 8 are other branches' versions (renumbered when merged).
+# 8 is another branch's version (renumbered when merged).
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
-                                    6: V6_MIGRATION, 7: [], 8: [], 9: V9_MIGRATION}
+                                    6: V6_MIGRATION, 7: V7_MIGRATION, 8: [], 9: V9_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",

@@ -220,6 +220,15 @@ class Trace:
         out.sort(key=lambda r: (-r["score"], r["node"]))
         return out
 
+    def counterfactual(self, without: Any, *, flow: Any, model: Any = None, env: Any = None,
+                       store: Any = None) -> Any:
+        """Would the value change without `without` (a memory id, `run:ID` or `section:KIND:ID`)? Re-executes
+        the run from where the source entered, as a recorded fork, replaying unchanged model calls; causal,
+        unlike `influence()`. See `tracemem.trace.counterfactual`."""
+        from .counterfactual import counterfactual
+
+        return counterfactual(self, without, flow=flow, model=model, env=env, store=store)
+
     def to_json(self) -> dict[str, Any]:
         """The trace as a JSON-able dict of nodes and edges."""
         return {
