@@ -9,6 +9,7 @@ models).
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections import Counter
 from typing import Protocol, Sequence, runtime_checkable
@@ -68,35 +69,98 @@ class HashingEmbedder:
         self._char_weight = char_weight
         # Every parameter changes the vector space, so every parameter is in the id.
         self.embedder_id = f"hashing-v1:d{self.dim}:c{self._lo}-{self._hi}:cw{char_weight:g}:bw{bigram_weight:g}"
+        # caches of `embed` (per instance, bounded): term -> (feature ids, amounts); feature -> column, sign
+        self._lock = threading.Lock()
+        self._terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._fid: dict[str, int] = {}
+        self._cols: list[int] = []
+        self._signs: list[float] = []
+        self._cache_limit = 200_000
 
     def _features(self, text: str) -> Counter[str]:
+        """The weighted features of one text (the reference definition; `embed` computes the same in bulk)."""
         toks = terms(text)
         feats: Counter[str] = Counter()
         for t in toks:
-            feats["w:" + t] += 1.0
-            marked = f"<{t}>"
-            grams = [marked[i : i + n] for n in range(self._lo, self._hi + 1)
-                     for i in range(len(marked) - n + 1)]
-            if grams:
-                share = self._char_weight / len(grams) ** 0.5
-                for g in grams:
-                    feats["c:" + g] += share
+            for feat, amount in self._term_features(t):
+                feats[feat] += amount
         if self._bigram_weight > 0:
             for a, b in zip(toks, toks[1:]):
                 feats[f"b:{a} {b}"] += self._bigram_weight
         return feats
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always."""
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for feat, count in self._features(text).items():
-                h = zlib.crc32(feat.encode("utf-8"))
-                sign = 1.0 if (h >> 31) & 1 else -1.0
-                out[row, h % self.dim] += sign * np.log1p(count)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        np.divide(out, norms, out=out, where=norms > 0)
+    def _term_features(self, term: str) -> list[tuple[str, float]]:
+        """One occurrence of a term: its word feature, then each character n-gram with its share."""
+        out = [("w:" + term, 1.0)]
+        marked = f"<{term}>"
+        grams = [marked[i : i + n] for n in range(self._lo, self._hi + 1) for i in range(len(marked) - n + 1)]
+        if grams:
+            share = self._char_weight / len(grams) ** 0.5
+            out += [("c:" + g, share) for g in grams]
         return out
+
+    def _feature_id(self, feat: str) -> int:
+        fid = self._fid.get(feat)
+        if fid is None:
+            h = zlib.crc32(feat.encode("utf-8"))
+            fid = self._fid[feat] = len(self._cols)
+            self._cols.append(h % self.dim)
+            self._signs.append(1.0 if (h >> 31) & 1 else -1.0)
+        return fid
+
+    def _cached(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        hit = self._terms.get(term)
+        if hit is None:
+            feats = self._term_features(term)
+            hit = (np.fromiter((self._feature_id(f) for f, _ in feats), np.int64, len(feats)),
+                   np.fromiter((a for _, a in feats), np.float64, len(feats)))
+            self._terms[term] = hit
+        return hit
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always.
+
+        Bulk form of `_features`: each term's features are hashed once and cached; the
+        per-text counts are summed with numpy, damped with log1p and scattered into the
+        rows (about 20x faster than a Python loop per feature).
+        """
+        n = len(texts)
+        with self._lock:
+            if len(self._terms) > self._cache_limit:  # bound the memory of a long-lived embedder
+                self._terms.clear(), self._fid.clear(), self._cols.clear(), self._signs.clear()
+            fids: list[np.ndarray] = []
+            amts: list[np.ndarray] = []
+            lens = np.zeros(n, dtype=np.int64)
+            for row, text in enumerate(texts):
+                toks = terms(text)
+                size = 0
+                for t in toks:
+                    f, a = self._cached(t)
+                    fids.append(f)
+                    amts.append(a)
+                    size += len(f)
+                if self._bigram_weight > 0 and len(toks) > 1:
+                    pairs = [f"b:{a} {b}" for a, b in zip(toks, toks[1:])]
+                    fids.append(np.array([self._feature_id(p) for p in pairs], dtype=np.int64))
+                    amts.append(np.full(len(pairs), float(self._bigram_weight)))
+                    size += len(pairs)
+                lens[row] = size
+            cols = np.asarray(self._cols, dtype=np.int64)
+            signs = np.asarray(self._signs, dtype=np.float64)
+        out = np.zeros(n * self.dim, dtype=np.float64)
+        if fids and lens.sum():
+            fid = np.concatenate(fids)
+            amount = np.concatenate(amts)
+            rows = np.repeat(np.arange(n, dtype=np.int64), lens)
+            keys, inverse = np.unique(rows * len(cols) + fid, return_inverse=True)
+            counts = np.bincount(inverse, weights=amount)  # one count per (text, feature), as in _features
+            feat = keys % len(cols)
+            out = np.bincount((keys // len(cols)) * self.dim + cols[feat], weights=signs[feat] * np.log1p(counts),
+                              minlength=n * self.dim)
+        out32 = out.reshape(n, self.dim).astype(np.float32)
+        norms = np.linalg.norm(out32, axis=1, keepdims=True)
+        np.divide(out32, norms, out=out32, where=norms > 0)
+        return out32
 
 
 def check_vectors(vectors: np.ndarray, *, dim: int, n: int | None = None, what: str = "embedding") -> np.ndarray:

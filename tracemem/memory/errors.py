@@ -5,6 +5,8 @@ Each message says what was wrong, with which value, and what to do instead.
 
 from __future__ import annotations
 
+from ..errors import TracememError
+
 __all__ = [
     "MemoryStoreError",
     "MemoryInputError",
@@ -14,8 +16,8 @@ __all__ = [
 ]
 
 
-class MemoryStoreError(Exception):
-    """Base class of every error raised by tracemem.memory."""
+class MemoryStoreError(TracememError):
+    """Base class of every error raised by tracemem.memory (a TracememError like every other)."""
 
 
 class MemoryInputError(MemoryStoreError, ValueError):

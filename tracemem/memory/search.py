@@ -19,25 +19,23 @@ the limit cuts nothing, `len(records) + excluded == total_before_filter`.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .index import Shard, to_micros
-from .records import MemoryRecord
+from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
+from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
 
-__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
+__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
 
 PRF_DOCS = 5
 PRF_TERMS = 10
 PRF_WEIGHT = 0.3
-_TEXT = MEMORY_COLUMNS.index("text")
 
 
 class ScoredRecord(MemoryRecord):
@@ -78,6 +76,7 @@ class SearchResult(BaseModel):
     total_before_filter: int = 0
     cut_by_limit: int = 0
     excluded: list[Exclusion] = []
+    scan: str | None = None  # how the vectors were scanned: "float32", or "int8" (exact: bounded, rescored)
 
     @property
     def excluded_total(self) -> int:
@@ -135,22 +134,60 @@ class Ranking:
     counts: dict[str, int] = field(default_factory=lambda: {"flagged": 0, "below_floor": 0, "out_of_window": 0})
 
 
-def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_terms: list[str]) -> dict[str, float]:
-    """Pseudo-relevance feedback: idf-weighted terms of the best rows, weights in (0, PRF_WEIGHT]."""
-    seen = set(query_terms)
-    counts: Counter[str] = Counter()
+def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -> dict[int, float]:
+    """Pseudo-relevance feedback: idf-weighted terms of the best rows, weights in (0, PRF_WEIGHT].
+
+    A row's terms come from the forward index; ties go to the term that sorts first.
+    """
+    seen = set(query_tids)
+    counts: dict[int, float] = {}
+    lex = shard.lex
     for row in top_rows:
-        rec = shard.rows[int(row)]
-        if rec is None:
-            continue
-        for t in set(terms(rec[_TEXT])):
+        for t in lex.terms_of(int(row))[0].tolist():
             if t not in seen:
-                counts[t] += shard.lex.idf(t)
-    best = counts.most_common(PRF_TERMS)
+                counts[t] = counts.get(t, 0.0) + lex.idf(t)
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], lex.vocab[kv[0]]))[:PRF_TERMS]
     if not best:
         return {}
     top = best[0][1]
     return {t: PRF_WEIGHT * c / top for t, c in best}
+
+
+class _Sims:
+    """Candidate similarities that may still be int8 estimates: `settle` makes exact those that matter."""
+
+    def __init__(self, shard: Shard, query: np.ndarray, rows: np.ndarray, sim: np.ndarray,
+                 bound: np.ndarray | None, weight: float) -> None:
+        self.shard, self.query, self.rows, self.weight = shard, query, rows, weight
+        self.sim = sim[rows]
+        self.bound = None if bound is None else bound[rows]
+
+    def settle(self, score: np.ndarray, eligible: np.ndarray, k: int | None) -> None:
+        """Recompute exactly every eligible candidate that could be among the top `k` by `score`."""
+        if self.bound is None:
+            return
+        el = np.flatnonzero(eligible & (self.bound >= 0))
+        slack = (1.0 - self.weight) * self.bound[el]
+        if k is not None and len(el) > k:
+            lower = score[el] - slack
+            cut = -np.partition(-lower, k - 1)[k - 1]
+            el = el[score[el] + slack >= cut]
+        el = el[self.bound[el] > 0]
+        if len(el):
+            assert self.shard.vecs is not None
+            self.sim[el] = self.shard.vecs.exact(self.rows[el], self.query)
+            self.bound[el] = 0.0
+
+
+def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Cosine of every row (0 without a vector), with the int8 error bound when the scan used int8."""
+    assert shard.vecs is not None
+    has = shard.has_vec[: shard.n]
+    sim, bound = shard.vecs.scan(query_vec)
+    sim = np.where(has, sim, np.float32(0.0))
+    if bound is not None:
+        bound = np.where(has, bound, np.float32(0.0))
+    return sim, bound
 
 
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
@@ -158,53 +195,60 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     """Score the shard's live rows, apply the recall filter to candidates, cut to `limit`."""
     n = shard.n
     alive = shard.alive[:n]
-    qterms = terms(query)
-    lex = shard.lex.score(qterms, n)
+    qtids = shard.lex.lookup(terms(query))
+    lex = shard.lex.score(qtids, n)
     lex[~alive] = 0.0
     sim: np.ndarray | None = None
+    bound: np.ndarray | None = None
     if query_vec is not None:
-        sim = shard.similarities(query_vec)
-        sim = np.where(shard.has_vec[:n], sim, 0.0)
+        sim, bound = _similarities(shard, query_vec)
         cand = alive & ((lex > 0) | (shard.has_vec[:n] & (sim >= min_similarity)))
     else:
         cand = alive & (lex > 0)
 
     cand_rows = np.flatnonzero(cand)
-    sim_c = None if sim is None else sim[cand_rows]
+    sims = None if sim is None or query_vec is None else _Sims(shard, query_vec, cand_rows, sim, bound, lexical_weight)
 
     def fuse(lexical_c: np.ndarray) -> np.ndarray:
         """Fused score of the candidates only (scoring non-candidates would be wasted work)."""
-        if sim_c is None:
+        if sims is None:
             return lexical_c
         best = lexical_c.max() if len(lexical_c) else 0.0
         norm = lexical_c / best if best > 0 else lexical_c
-        return lexical_weight * norm + (1.0 - lexical_weight) * sim_c
+        return lexical_weight * norm + (1.0 - lexical_weight) * sims.sim
 
+    everyone = np.ones(len(cand_rows), dtype=bool)
     lex_c = lex[cand_rows]
-    score_c = fuse(lex_c)
     if len(cand_rows) > PRF_DOCS:
+        if sims is not None:
+            sims.settle(fuse(lex_c), everyone, PRF_DOCS)
+        score_c = fuse(lex_c)
         top = cand_rows[np.argpartition(-score_c, PRF_DOCS - 1)[:PRF_DOCS]]
-        extra = _feedback_terms(shard, top, qterms)
+        extra = _feedback_terms(shard, top, qtids)
         if extra:
             lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
-            score_c = fuse(lex_c)
-    score = np.zeros(n)
-    score[cand_rows] = score_c
-    lex = np.zeros(n)
-    lex[cand_rows] = lex_c
 
-    out = Ranking(rows=cand_rows, score=score, lexical=lex, similarity=sim, total=len(cand_rows))
-    keep = cand_rows
-    if recall and len(keep):
+    eligible = everyone
+    out = Ranking(rows=cand_rows, score=np.zeros(n), lexical=np.zeros(n), similarity=sim, total=len(cand_rows))
+    if recall and len(cand_rows):
         now_us = to_micros(now, 0)
-        flagged = shard.flagged[keep]
-        low = ~flagged & (shard.conf[keep] < floor)
-        window = ~flagged & ~low & ((shard.vfrom[keep] > now_us) | (shard.vuntil[keep] <= now_us))
+        flagged = FLAGGED_CODE[shard.review[cand_rows]]
+        low = ~flagged & (shard.conf[cand_rows] < floor)
+        window = ~flagged & ~low & ((shard.vfrom[cand_rows] > now_us) | (shard.vuntil[cand_rows] <= now_us))
         for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
             out.counts[reason] = int(mask.sum())
-            for row in keep[mask]:
+            for row in cand_rows[mask]:
                 out.exclusions.append((int(row), reason, _detail(shard, int(row), reason, floor)))
-        keep = keep[~(flagged | low | window)]
+        eligible = ~(flagged | low | window)
+    if sims is not None:
+        sims.settle(fuse(lex_c), eligible, limit)
+        assert sim is not None
+        sim[cand_rows] = sims.sim
+    score_c = fuse(lex_c)
+    out.score[cand_rows] = score_c
+    out.lexical[cand_rows] = lex_c
+    keep = cand_rows[eligible]
+    score = out.score
     if limit is not None and len(keep) > limit:
         part = np.argpartition(-score[keep], limit - 1)[:limit]
         out.cut = len(keep) - limit
@@ -216,13 +260,19 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
 
 
 def _detail(shard: Shard, row: int, reason: str, floor: float) -> str:
-    rec = shard.rows[row]
-    assert rec is not None
-    cols = dict(zip(MEMORY_COLUMNS, rec))
     if reason == "flagged":
-        return f"review_state={cols['review_state']}"
+        return f"review_state={REVIEW_STATES[int(shard.review[row])]}"
     if reason == "below_floor":
-        return f"confidence {cols['confidence']:g} < floor {floor:g}"
-    lo = cols["valid_from"].isoformat() if cols["valid_from"] else "-inf"
-    hi = cols["valid_until"].isoformat() if cols["valid_until"] else "+inf"
-    return f"outside validity window [{lo}, {hi})"
+        return f"confidence {float(shard.conf[row]):g} < floor {floor:g}"
+    lo, hi = from_micros(int(shard.vfrom[row])), from_micros(int(shard.vuntil[row]))
+    return f"outside validity window [{lo.isoformat() if lo else '-inf'}, {hi.isoformat() if hi else '+inf'})"
+
+
+def agrees(shard: Shard, row: int, rec: Sequence[Any], subject: str) -> bool:
+    """Whether a record read from DuckDB is what the index ranked and filtered (subject, liveness, filters)."""
+    data = dict(zip(MEMORY_COLUMNS, rec))
+    return (data["subject"] == subject and data["deleted_at"] is None and bool(shard.alive[row])
+            and REVIEW_CODE[data["review_state"]] == int(shard.review[row])
+            and float(data["confidence"]) == float(shard.conf[row])
+            and to_micros(data["valid_from"], MIN_US) == int(shard.vfrom[row])
+            and to_micros(data["valid_until"], MAX_US) == int(shard.vuntil[row]))

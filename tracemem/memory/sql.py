@@ -18,6 +18,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from . import fingerprint
+from .fingerprint import Fingerprint
 from .tables import MEMORY_COLUMNS
 
 __all__ = ["transaction", "insert_records", "insert_events", "fetch_records", "load_live",
@@ -66,14 +68,18 @@ def _arrow_records(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim
 
 
 def insert_records(con: duckdb.DuckDBPyConnection, recs: Sequence[tuple[Any, ...]],
-                   vecs: np.ndarray | None, dim: int | None) -> None:
-    """Insert full records (MEMORY_COLUMNS tuples) and their vectors in one statement."""
+                   vecs: np.ndarray | None, dim: int | None) -> list[tuple[str, Fingerprint, int]]:
+    """Insert full records (MEMORY_COLUMNS tuples) and their vectors in one statement.
+
+    Returns what the rows add to the table's fingerprint (see fingerprint.py).
+    """
     if not recs:
-        return
+        return []
     name = f"_tracemem_mem_{next(_names)}"
     con.register(name, _arrow_records(recs, vecs, dim))
     try:
         con.execute(f"INSERT INTO memories ({_COLS}, embedding) SELECT {_COLS}, embedding FROM {name}")
+        return [(s, fp, +1) for s, fp in fingerprint.of_relation(con, name).items()]
     finally:
         con.unregister(name)
 
@@ -126,16 +132,21 @@ def update_record(con: duckdb.DuckDBPyConnection, memory_id: str, fields: dict[s
     con.execute(f"UPDATE memories SET {', '.join(sets)} WHERE memory_id = ?", [*params, memory_id])
 
 
-def load_live(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[Any, ...]], list[np.ndarray | None]]:
-    """All records not forgotten, with their embeddings, through Arrow (fast for 100k rows)."""
-    query = f"SELECT {_COLS}, embedding FROM memories WHERE deleted_at IS NULL ORDER BY created_at, memory_id"
+def load_live(con: duckdb.DuckDBPyConnection,
+              subjects: Sequence[str] | None = None) -> tuple[list[tuple[Any, ...]], list[np.ndarray | None]]:
+    """Records not forgotten (of the given subjects, or all), with their embeddings, through Arrow."""
+    where = "deleted_at IS NULL"
+    if subjects is not None:
+        where += " AND subject IN (SELECT unnest(?::VARCHAR[]))"
+    query = f"SELECT {_COLS}, embedding FROM memories WHERE {where} ORDER BY created_at, memory_id"
+    params = [] if subjects is None else [list(subjects)]
     try:
-        rel = con.sql(query)
+        rel = con.sql(query, params=params) if params else con.sql(query)
         tbl = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
     except duckdb.Error:  # another user of the shared connection left a result open: execute() supersedes it
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = con.execute(query)
+            res = con.execute(query, params)
             tbl = res.to_arrow_table() if hasattr(res, "to_arrow_table") else res.fetch_arrow_table()
     if isinstance(tbl, pa.RecordBatchReader):
         tbl = tbl.read_all()

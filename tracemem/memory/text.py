@@ -39,6 +39,8 @@ _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 def normalize(text: str) -> str:
     """Lower-case, fold accents and unify apostrophes so 'Café’s' == "cafe's"."""
+    if text.isascii():  # the common case: NFKD changes nothing, there is nothing to fold
+        return text.lower()
     text = text.replace("\u2019", "'").replace("\u2018", "'")
     text = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in text if not unicodedata.combining(ch))

@@ -222,7 +222,10 @@ class Store:
             if self._writer is not None:
                 self._writer.join(timeout=5)
             with self.lock:
-                self.con.close()
+                try:
+                    self.memory.close()  # writes the memory index files beside the DuckDB file
+                finally:
+                    self.con.close()
             if self._snapshot_dir is not None:
                 shutil.rmtree(self._snapshot_dir, ignore_errors=True)
 
