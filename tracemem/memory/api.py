@@ -127,6 +127,7 @@ class Memory:
                   given: np.ndarray | None) -> list[MemoryRecord]:
         now = to_utc_naive(self._clock(), "clock()")
         recs: list[MemoryRecord] = []
+        eid = self.embedder.embedder_id if self.embedder else None
         allowed = {"text", "tags", "confidence", "valid_from", "valid_until", "source_run_id", "source_step",
                    "source_ref", "review_state"}
         for subject, item in pairs:
@@ -138,14 +139,13 @@ class Memory:
             item["tags"] = as_tags(item.get("tags"))
             fields = check_fields(item)
             check_window(fields.get("valid_from"), fields.get("valid_until"))
-            recs.append(MemoryRecord(memory_id=f"m_{_new_id()}", subject=check_subject(subject),
-                                     embedder_id=self.embedder.embedder_id if self.embedder else None,
+            recs.append(MemoryRecord(memory_id=f"m_{_new_id()}", subject=check_subject(subject), embedder_id=eid,
                                      created_at=now, updated_at=now, **fields))
         vecs = given if given is not None else binding.embed(self.embedder, [r.text for r in recs])
         rows = [_row(r) for r in recs]
         with self.lock:
             index = self._loaded()
-            with sql.transaction(self.con):
+            with sql.bulk_wal(self.con, len(rows)), sql.transaction(self.con):
                 added = sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
                 sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
                                              for r in recs])

@@ -29,7 +29,7 @@ import numpy as np
 from .lexical import LexicalIndex
 from .records import FLAGGED_STATES, REVIEW_STATES
 from .tables import MEMORY_COLUMNS
-from .text import terms
+from .text import term_tuple
 from .vectors import Vectors
 
 __all__ = ["Shard", "VectorIndex", "to_micros", "from_micros", "MIN_US", "MAX_US", "REVIEW_CODE", "FLAGGED_CODE"]
@@ -136,7 +136,7 @@ class Shard:
             self._row_of[rec[0]] = start + i
             self.set_meta(start + i, rec)
         self.alive[start : start + len(recs)] = True
-        self.lex.add_many(start, [terms(rec[_COL["text"]]) for rec in recs])
+        self.lex.add_many(start, [term_tuple(rec[_COL["text"]]) for rec in recs])
         self.n = start + len(recs)
         if self.vecs is not None:
             block = np.zeros((len(recs), self.vecs.dim), dtype=np.float32) if vecs is None else \
