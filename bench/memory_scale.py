@@ -3,7 +3,7 @@
 Prints figures; asserts nothing. Usage:
 
     python bench/memory_scale.py              # 100k and 1M records (builds both, time-boxed)
-    python bench/memory_scale.py --smoke      # 2k and 5k records: checks the script, not the speed
+    python bench/memory_scale.py --smoke      # 1k and 3k records: checks the script, not the speed
     python bench/memory_scale.py --big 300000 --budget 300
 
 Each store is built once per run with `remember_many` into a DuckDB file (the
@@ -159,7 +159,7 @@ def measure(folder: Path, n: int, budget: float, queries: int, check_exact: int)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke", action="store_true", help="2k and 5k records: checks the script runs")
+    ap.add_argument("--smoke", action="store_true", help="1k and 3k records: checks the script runs")
     ap.add_argument("--small", type=int, default=100_000)
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--budget", type=float, default=900, help="seconds of inserts allowed per store")
@@ -176,8 +176,8 @@ def main() -> None:
     if args.child == "search":
         print(json.dumps(child_search(args.db, args.queries, args.check_exact)))
         return
-    small, big = (2_000, 5_000) if args.smoke else (args.small, args.big)
-    queries = 20 if args.smoke else 200
+    small, big = (1_000, 3_000) if args.smoke else (args.small, args.big)
+    queries = 10 if args.smoke else 200
     folder = args.keep or Path(tempfile.mkdtemp(prefix="tracemem-memscale-"))
     folder.mkdir(parents=True, exist_ok=True)
     print(f"## memory at scale: one subject, default hashing embedder, store files in {folder}")
@@ -186,7 +186,7 @@ def main() -> None:
         rows = {}
         for n in (small, big):
             print(f"\n### {n:,} records", flush=True)
-            rows[n] = measure(folder, n, args.budget, queries, check_exact=20 if n == big else 0)
+            rows[n] = measure(folder, n, args.budget, queries, check_exact=min(20, queries) if n == big else 0)
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -200,7 +200,7 @@ def main() -> None:
           f"(open {1000 * b['open_s']:.0f} + search {1000 * b['first_s']:.0f}) | ≤ 2 s at 1M |")
     print(f"| search p50 / p95, {b['n']:,} records | {b['p50_ms']:.2f} / {b['p95_ms']:.2f} ms (scan {b['scan']}) "
           f"| p50 ≤ 10 ms |")
-    print(f"| RSS after 400 searches, {b['n']:,} records | {b['rss_mb']:,.0f} MB (peak {b['peak_mb']:,.0f}) "
+    print(f"| RSS after {2 * queries} searches, {b['n']:,} records | {b['rss_mb']:,.0f} MB (peak {b['peak_mb']:,.0f}) "
           f"| ≤ 2 GB |")
     print(f"| bulk remember_many into a file, {b['n']:,} records | {b['n'] / b['insert_s']:,.0f} records/s; "
           f"{b['n'] / (b['insert_s'] + b['close_s']):,.0f}/s with close | ≥ 20k records/s |")

@@ -122,20 +122,26 @@ def load_shard(path: Path, subject: str, fp: Fingerprint) -> tuple[dict[str, np.
         size = os.path.getsize(path)
     except (OSError, ValueError) as exc:
         raise ShardFileError(f"cannot read {path}: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("arrays"), dict) or "size" not in header:
+        raise ShardFileError(f"{path} has no valid header")
     if header.get("format") != FORMAT or header.get("subject") != subject or tuple(header.get("fp", ())) != tuple(fp):
         raise ShardFileError(f"{path} does not hold the expected rows of subject {subject!r}")
     if size != data_start + int(header["size"]):
         raise ShardFileError(f"{path} has {size} bytes, its header says {data_start + int(header['size'])}")
     arrays: dict[str, np.ndarray] = {}
-    for name, spec in header["arrays"].items():
-        shape = tuple(spec["shape"])
-        dtype = np.dtype(spec["dtype"])
-        if int(np.prod(shape)) == 0:
-            arrays[name] = np.zeros(shape, dtype=dtype)
-        else:
-            arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + spec["offset"], shape=shape)
-    blob = bytes(arrays.pop("vocab"))
-    vocab = blob.decode("utf-8").split("\n") if header["n_vocab"] else []
+    try:
+        for name, spec in header["arrays"].items():
+            shape = tuple(spec["shape"])
+            dtype = np.dtype(spec["dtype"])
+            if int(np.prod(shape)) == 0:
+                arrays[name] = np.zeros(shape, dtype=dtype)
+            else:
+                arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + spec["offset"],
+                                         shape=shape)
+        blob = bytes(arrays.pop("vocab"))
+        vocab = blob.decode("utf-8").split("\n") if header["n_vocab"] else []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ShardFileError(f"cannot map {path}: {exc}") from None
     if len(vocab) != header["n_vocab"]:
         raise ShardFileError(f"{path}: vocabulary of {len(vocab)} terms, header says {header['n_vocab']}")
     return arrays, vocab

@@ -80,6 +80,7 @@ class Vectors:
         self.codes = {k: base[k] for k in ("vec_i8", "vec_scale", "vec_err", "vec_cn") if k in base}
         self.tail = np.zeros((16, dim), dtype=np.float32)
         self.n_tail = 0
+        self.int8_min_rows = INT8_MIN_ROWS
 
     @property
     def n(self) -> int:
@@ -114,7 +115,7 @@ class Vectors:
 
     def mode(self) -> str:
         """'int8' when the base is scanned through its int8 codes, else 'float32'."""
-        use = self.codes and self.n_base >= INT8_MIN_ROWS and int8_kernel() is not None
+        use = self.codes and self.n_base >= self.int8_min_rows and int8_kernel() is not None
         return "int8" if use else "float32"
 
     def scan(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
