@@ -30,6 +30,7 @@ from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
+from .vectors import RERANK
 
 __all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
 
@@ -76,7 +77,8 @@ class SearchResult(BaseModel):
     total_before_filter: int = 0
     cut_by_limit: int = 0
     excluded: list[Exclusion] = []
-    scan: str | None = None  # how the vectors were scanned: "float32", or "int8" (exact: bounded, rescored)
+    scan: Literal["float32", "int8"] | None = None  # how vectors were scanned (None: no vector search ran)
+    scan_recall: float | None = None  # int8 only: top-10 recall vs float32, measured when the index was saved
 
     @property
     def excluded_total(self) -> int:
@@ -115,6 +117,10 @@ class SearchResult(BaseModel):
         if self.recall_filtered:
             lines.append(f"recall filter (floor {self.recall_floor:g}): excluded {self.excluded_flagged} flagged, "
                          f"{self.excluded_below_floor} below floor, {self.excluded_out_of_window} out of window")
+        if self.scan == "int8":
+            measured = (f"top-10 recall {self.scan_recall:.3f} against a float32 scan, measured when the index "
+                        f"was saved" if self.scan_recall is not None else "recall against float32 not measured yet")
+            lines.append(f"approximate vector scan (int8, best candidates re-scored in float32): {measured}")
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return "\n".join(lines)
@@ -154,40 +160,31 @@ def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -
 
 
 class _Sims:
-    """Candidate similarities that may still be int8 estimates: `settle` makes exact those that matter."""
+    """Candidate similarities; int8 estimates are replaced by float32 values for the best candidates."""
 
-    def __init__(self, shard: Shard, query: np.ndarray, rows: np.ndarray, sim: np.ndarray,
-                 bound: np.ndarray | None, weight: float) -> None:
-        self.shard, self.query, self.rows, self.weight = shard, query, rows, weight
+    def __init__(self, shard: Shard, query: np.ndarray, rows: np.ndarray, sim: np.ndarray, approximate: bool) -> None:
+        self.shard, self.query, self.rows = shard, query, rows
         self.sim = sim[rows]
-        self.bound = None if bound is None else bound[rows]
+        self.estimated = np.full(len(rows), approximate)
 
-    def settle(self, score: np.ndarray, eligible: np.ndarray, k: int | None) -> None:
-        """Recompute exactly every eligible candidate that could be among the top `k` by `score`."""
-        if self.bound is None:
+    def rerank(self, score: np.ndarray, eligible: np.ndarray, k: int | None) -> None:
+        """Re-score in float32 the best `k + RERANK` eligible candidates by `score` (all when k is None)."""
+        el = np.flatnonzero(eligible & self.estimated)
+        if not len(el):
             return
-        el = np.flatnonzero(eligible & (self.bound >= 0))
-        slack = (1.0 - self.weight) * self.bound[el]
-        if k is not None and len(el) > k:
-            lower = score[el] - slack
-            cut = -np.partition(-lower, k - 1)[k - 1]
-            el = el[score[el] + slack >= cut]
-        el = el[self.bound[el] > 0]
-        if len(el):
-            assert self.shard.vecs is not None
-            self.sim[el] = self.shard.vecs.exact(self.rows[el], self.query)
-            self.bound[el] = 0.0
+        pool = k + RERANK if k is not None else len(el)
+        if len(el) > pool:
+            el = el[np.argpartition(-score[el], pool - 1)[:pool]]
+        assert self.shard.vecs is not None
+        self.sim[el] = self.shard.vecs.exact(self.rows[el], self.query)
+        self.estimated[el] = False
 
 
-def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Cosine of every row (0 without a vector), with the int8 error bound when the scan used int8."""
+def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Cosine of every row (0 without a vector), and whether the values are int8 estimates."""
     assert shard.vecs is not None
-    has = shard.has_vec[: shard.n]
-    sim, bound = shard.vecs.scan(query_vec)
-    sim = np.where(has, sim, np.float32(0.0))
-    if bound is not None:
-        bound = np.where(has, bound, np.float32(0.0))
-    return sim, bound
+    sim, approximate = shard.vecs.scan(query_vec)
+    return np.where(shard.has_vec[: shard.n], sim, np.float32(0.0)), approximate
 
 
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
@@ -199,15 +196,15 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     lex = shard.lex.score(qtids, n)
     lex[~alive] = 0.0
     sim: np.ndarray | None = None
-    bound: np.ndarray | None = None
+    approximate = False
     if query_vec is not None:
-        sim, bound = _similarities(shard, query_vec)
+        sim, approximate = _similarities(shard, query_vec)
         cand = alive & ((lex > 0) | (shard.has_vec[:n] & (sim >= min_similarity)))
     else:
         cand = alive & (lex > 0)
 
     cand_rows = np.flatnonzero(cand)
-    sims = None if sim is None or query_vec is None else _Sims(shard, query_vec, cand_rows, sim, bound, lexical_weight)
+    sims = None if sim is None or query_vec is None else _Sims(shard, query_vec, cand_rows, sim, approximate)
 
     def fuse(lexical_c: np.ndarray) -> np.ndarray:
         """Fused score of the candidates only (scoring non-candidates would be wasted work)."""
@@ -221,7 +218,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     lex_c = lex[cand_rows]
     if len(cand_rows) > PRF_DOCS:
         if sims is not None:
-            sims.settle(fuse(lex_c), everyone, PRF_DOCS)
+            sims.rerank(fuse(lex_c), everyone, PRF_DOCS)
         score_c = fuse(lex_c)
         top = cand_rows[np.argpartition(-score_c, PRF_DOCS - 1)[:PRF_DOCS]]
         extra = _feedback_terms(shard, top, qtids)
@@ -241,7 +238,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
                 out.exclusions.append((int(row), reason, _detail(shard, int(row), reason, floor)))
         eligible = ~(flagged | low | window)
     if sims is not None:
-        sims.settle(fuse(lex_c), eligible, limit)
+        sims.rerank(fuse(lex_c), eligible, limit)
         assert sim is not None
         sim[cand_rows] = sims.sim
     score_c = fuse(lex_c)
