@@ -70,6 +70,8 @@ class LexicalIndex:
         self._tail_post: dict[int, tuple[list[int], list[float]]] = {}
         self._tail_fwd: list[tuple[np.ndarray, np.ndarray]] = []
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._sat: dict[int, tuple[float, np.ndarray]] = {}
+        self._sat_size = 0
         self._n_rows = self._n_base_rows
         self._n_alive = self._n_base_rows
         self._total_len = float(self._len[: self._n_rows].sum())
@@ -177,7 +179,6 @@ class LexicalIndex:
         if self._n_alive <= 0:
             return out
         avg = max(self._total_len / self._n_alive, 1e-9)
-        k1, b = self.k1, self.b
         for tid in dict.fromkeys(tids):
             if self._df[tid] <= 0:
                 continue
@@ -186,9 +187,22 @@ class LexicalIndex:
                 keep = rows < n_rows
                 rows, tf = rows[keep], tf[keep]
             w = self.idf(tid) * (weights.get(tid, 1.0) if weights else 1.0)
-            norm = tf + k1 * (1.0 - b + b * self._len[rows] / avg)
-            out[rows] += w * tf * (k1 + 1.0) / norm
+            out[rows] += w * self._saturation(tid, rows, tf, avg)
         return out
+
+    def _saturation(self, tid: int, rows: np.ndarray, tf: np.ndarray, avg: float) -> np.ndarray:
+        """tf (k1 + 1) / (tf + k1 (1 - b + b len / avg)) of a term's postings, cached while avg holds."""
+        hit = self._sat.get(tid)
+        if hit is not None and hit[0] == avg and len(hit[1]) == len(rows):
+            return hit[1]
+        k1, b = self.k1, self.b
+        sat = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self._len[rows] / avg))
+        if self._sat_size + len(sat) > 4_000_000:  # ~32 MB: a cache, not a second index
+            self._sat.clear()
+            self._sat_size = 0
+        self._sat[tid] = (avg, sat)
+        self._sat_size += len(sat)
+        return sat
 
     # -- as arrays ------------------------------------------------------------------------
     def arrays(self, keep: np.ndarray) -> tuple[dict[str, np.ndarray], list[str]]:
