@@ -109,7 +109,7 @@ def bench_scale(n: int, queries: int = 200) -> dict[str, float]:
     mem = fresh(RandomEmbedder(), os.path.join(folder, "bulk.duckdb"))
     mem.search("s", "w1 w2", limit=10)  # the first search after opening the file
     load_s = time.perf_counter() - t0
-    shard = mem._loaded().shard("s")
+    shard = mem.shard("s")
     assert shard is not None and shard.vecs is not None
     qs = rng.standard_normal((queries, 384)).astype(np.float32)
     qs /= np.linalg.norm(qs, axis=1, keepdims=True)

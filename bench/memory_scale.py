@@ -113,9 +113,9 @@ def child_search(db: str, n_queries: int, check_exact: int) -> dict:
     out = {"open_s": t_open, "first_s": t_first, "import_s": t_import, "scan": first.scan,
            "p50_ms": 1000 * statistics.median(times), "p95_ms": 1000 * float(np.percentile(times, 95)),
            "recall_p50_ms": 1000 * statistics.median(rec_times), "rss_mb": rss, "peak_mb": peak,
-           "rebuilt": list(store.memory._cache.rebuilt), "records": store.memory._loaded().shard(SUBJECT).live_count()}
+           "rebuilt": store.memory.rebuilt_subjects, "records": store.memory.shard(SUBJECT).live_count()}
     if check_exact:  # the int8 scan against a float32 scan of the same shard: top-10 recall, candidate counts
-        shard = store.memory._loaded().shard(SUBJECT)
+        shard = store.memory.shard(SUBJECT)
         hits, diffs = 0, []
         for q in queries[1:check_exact + 1]:
             a = store.memory.search(SUBJECT, q, limit=10)

@@ -65,8 +65,8 @@ def test_close_writes_index_files_and_a_new_process_maps_them(tmp_path: Path) ->
     assert (folder / "manifest.json").is_file() and len(list(folder.glob("*.shard"))) == 2
     again = open_memory(path)
     assert answer(again) == before
-    assert again._cache.rebuilt == []  # nothing re-read from the table
-    assert isinstance(again._loaded().shard("u").vecs.base, np.memmap)
+    assert again.rebuilt_subjects == []  # nothing re-read from the table
+    assert isinstance(again.shard("u").vecs.base, np.memmap)
 
 
 def test_a_change_made_with_plain_sql_makes_the_file_stale(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_a_change_made_with_plain_sql_makes_the_file_stale(tmp_path: Path) -> No
     again = open_memory(path)
     res = again.search("u", "cello morning", recall=True, now=NOW)
     assert ids["cello"] not in [r.memory_id for r in res.records]  # flagged by SQL: never injected
-    assert again._cache.rebuilt == ["u"]  # only the changed subject is rebuilt
+    assert again.rebuilt_subjects == ["u"]  # only the changed subject is rebuilt
 
 
 def test_same_process_sql_change_is_caught_before_a_record_is_returned(tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ def test_a_torn_or_missing_file_is_rebuilt(tmp_path: Path) -> None:
             fh.truncate(200)
     again = open_memory(path)
     assert answer(again) == before and answer(again, "v", "cello") [0]
-    assert sorted(again._cache.rebuilt) == ["u", "v"]
+    assert sorted(again.rebuilt_subjects) == ["u", "v"]
     again.close()  # writes good files again
     for shard in shards:
         shard.unlink(missing_ok=True)
@@ -120,7 +120,7 @@ def test_files_of_another_embedder_are_not_used(tmp_path: Path) -> None:
     mem.con.close()
     other = Memory(duckdb.connect(str(path)), embedder=None)
     assert other.search("u", "cello").mode == "literal"
-    assert sorted(other._cache.rebuilt) == ["u", "v"]
+    assert sorted(other.rebuilt_subjects) == ["u", "v"]
 
 
 def test_the_kept_fingerprint_equals_the_table_after_every_kind_of_change(tmp_path: Path) -> None:
@@ -132,8 +132,8 @@ def test_the_kept_fingerprint_equals_the_table_after_every_kind_of_change(tmp_pa
     mem.supersede(ids["cello"], new.memory_id)
     mem.forget(ids["stale"])
     mem.purge(ids["other"])  # subject v has no row left
-    assert mem._cache.fp == fingerprint.by_subject(mem.con)
-    assert "v" not in mem._cache.fp
+    assert mem.index_is_current()
+    assert "v" not in fingerprint.by_subject(mem.con)
     assert mem.save_index() and mem.save_index() == []  # saved once, then nothing is dirty
 
 
@@ -150,7 +150,7 @@ def test_hashing_embedder_bulk_path_matches_its_feature_definition() -> None:
     texts = ["The Café’s PAINTINGS were painted", "", "the of and", "aaaa aaaa bbbb", "Caroline: I went paddling"]
     ref = np.zeros((len(texts), emb.dim), dtype=np.float64)
     for row, text in enumerate(texts):  # the definition: one log-damped count per feature, hashed with CRC32
-        for feat, count in emb._features(text).items():
+        for feat, count in emb.features(text).items():
             h = zlib.crc32(feat.encode("utf-8"))
             ref[row, h % emb.dim] += (1.0 if (h >> 31) & 1 else -1.0) * np.log1p(count)
     norms = np.linalg.norm(ref, axis=1, keepdims=True)

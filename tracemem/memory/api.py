@@ -3,7 +3,9 @@
 Every change is one transaction that writes the record and its `memory_events`
 row together, then updates the in-process index, all under the store's lock
 (the DuckDB connection is shared between threads). Reads of single records go
-to DuckDB; searches go to the index, which mirrors the live rows.
+to DuckDB; searches go to the index, which mirrors the live rows. For a store
+file the index persists beside it (`<file>.memindex/`, see cache.py): `close()`
+writes it, and the next process maps it instead of re-reading every record.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import numpy as np
 from . import binding, fingerprint, persist, sql
 from .cache import IndexCache
 from .embedders import Embedder, HashingEmbedder
-from .errors import EmbedderMismatchError, MemoryInputError, MemoryNotFoundError, MemoryStoreError
+from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
 from .index import Shard, VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
                       check_subject, check_window, to_utc_naive)
-from .search import Exclusion, Ranking, ScoredRecord, SearchResult, agrees, rank_shard
+from .search import Exclusion, SearchResult, rank_shard, scored_records
 from .tables import MEMORY_COLUMNS, MEMORY_DDL, META_DDL
 
 __all__ = ["Memory", "DEFAULT_FLOOR"]
@@ -99,6 +101,22 @@ class Memory:
 
     def _loaded(self) -> VectorIndex:
         return self._cache.get(self.embedder)
+
+    def shard(self, subject: str) -> Shard | None:
+        """The index shard of one subject (its file mapped on first use); None if it has no record."""
+        with self.lock:
+            return self._loaded().shard(subject)
+
+    @property
+    def rebuilt_subjects(self) -> list[str]:
+        """Subjects whose index file was missing, broken or stale, and was rebuilt from DuckDB."""
+        return list(self._cache.rebuilt)
+
+    def index_is_current(self) -> bool:
+        """Whether the index mirrors the memories table, by fingerprint (a full scan: for checks, not hot paths)."""
+        with self.lock:
+            self._loaded()
+            return self._cache.fp == fingerprint.by_subject(self.con)
 
     # -- writes ----------------------------------------------------------------------
     def remember(self, subject: str, text: str, *, tags: Sequence[str] = (), confidence: float = 60,
@@ -316,20 +334,8 @@ class Memory:
                 "SELECT DISTINCT subject FROM memories WHERE deleted_at IS NULL ORDER BY subject").fetchall()]
 
     # -- search ----------------------------------------------------------------------------
-    def _scored(self, shard: Shard, ranking: Ranking, subject: str) -> list[ScoredRecord] | None:
-        """The ranked rows as records read from DuckDB; None if the table contradicts the index."""
-        ids = [shard.id_at(int(r)) for r in ranking.rows]
-        rows = sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
-        by_id = {r[0]: r for r in rows}
-        records = []
-        for row, mid in zip(ranking.rows.tolist(), ids):
-            rec = by_id.get(mid)
-            if rec is None or not agrees(shard, row, rec, subject):
-                return None
-            sim = None if ranking.similarity is None else float(ranking.similarity[row])
-            records.append(ScoredRecord(**dict(zip(MEMORY_COLUMNS, rec)), score=float(ranking.score[row]),
-                                        lexical_score=float(ranking.lexical[row]), similarity=sim))
-        return records
+    def _fetch(self, ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        return sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
 
     def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
                limit: int | None = 10, now: datetime | None = None) -> SearchResult:
@@ -368,7 +374,7 @@ class Memory:
                                      lexical_weight=float(getattr(emb, "lexical_weight", 0.5)),
                                      min_similarity=float(getattr(emb, "min_similarity", 0.0)),
                                      recall=recall, floor=self.floor, now=at, limit=limit)
-                records = self._scored(shard, ranking, subject)
+                records = scored_records(shard, ranking, subject, self._fetch)
                 if records is not None:
                     break
                 if attempt:

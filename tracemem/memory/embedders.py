@@ -83,7 +83,7 @@ class HashingEmbedder:
         self._arrays: list[np.ndarray] = []  # the tables above as arrays (see _tables)
         self._cache_limit = 200_000
 
-    def _features(self, text: str) -> Counter[str]:
+    def features(self, text: str) -> Counter[str]:
         """The weighted features of one text (the reference definition; `embed` computes the same in bulk)."""
         toks = term_tuple(text)
         feats: Counter[str] = Counter()
@@ -139,7 +139,7 @@ class HashingEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always.
 
-        Bulk form of `_features`: each term's features are hashed once and kept in flat
+        Bulk form of `features`: each term's features are hashed once and kept in flat
         tables; a batch gathers them with numpy, sums the counts per (text, feature),
         damps them with log1p and scatters them into the rows.
         """
@@ -174,7 +174,7 @@ class HashingEmbedder:
             fid = np.concatenate([feat_ids[gather], np.asarray(extra_fids, np.int64)])
             amount = np.concatenate([feat_amt[gather], np.full(len(extra_fids), float(self._bigram_weight))])
             keys, inverse = np.unique(rows * len(cols) + fid, return_inverse=True)
-            counts = np.bincount(inverse, weights=amount)  # one count per (text, feature), as in _features
+            counts = np.bincount(inverse, weights=amount)  # one count per (text, feature), as in features
             feat = keys % len(cols)
             out = np.bincount((keys // len(cols)) * self.dim + cols[feat], weights=signs[feat] * np.log1p(counts),
                               minlength=n * self.dim)

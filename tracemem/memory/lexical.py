@@ -19,7 +19,6 @@ text. `arrays(keep)` turns it all back into one CSR block (saving, compacting).
 from __future__ import annotations
 
 import math
-from collections import Counter
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -32,7 +32,7 @@ from .tables import MEMORY_COLUMNS
 from .text import terms
 from .vectors import RERANK
 
-__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
+__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
 
 PRF_DOCS = 5
 PRF_TERMS = 10
@@ -273,3 +273,19 @@ def agrees(shard: Shard, row: int, rec: Sequence[Any], subject: str) -> bool:
             and float(data["confidence"]) == float(shard.conf[row])
             and to_micros(data["valid_from"], MIN_US) == int(shard.vfrom[row])
             and to_micros(data["valid_until"], MAX_US) == int(shard.vuntil[row]))
+
+
+def scored_records(shard: Shard, ranking: Ranking, subject: str,
+                   fetch: Callable[[Sequence[str]], list[tuple[Any, ...]]]) -> list[ScoredRecord] | None:
+    """The ranked rows as records read from DuckDB (`fetch` by ids); None if the table contradicts the index."""
+    ids = [shard.id_at(int(r)) for r in ranking.rows]
+    by_id = {r[0]: r for r in fetch(ids)}  # type: ignore[arg-type]
+    records = []
+    for row, mid in zip(ranking.rows.tolist(), ids):
+        rec = by_id.get(mid)
+        if rec is None or not agrees(shard, row, rec, subject):
+            return None
+        sim = None if ranking.similarity is None else float(ranking.similarity[row])
+        records.append(ScoredRecord(**dict(zip(MEMORY_COLUMNS, rec)), score=float(ranking.score[row]),
+                                    lexical_score=float(ranking.lexical[row]), similarity=sim))
+    return records
