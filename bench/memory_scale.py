@@ -61,10 +61,10 @@ def texts(n: int, seed: int = 0, n_words: int = 50_000) -> list[str]:
     return out
 
 
-def rss_mb() -> tuple[float, float]:
-    """Resident and peak resident memory of this process (MB), from /proc."""
+def rss_mb() -> tuple[float, float, float, float]:
+    """Resident, peak resident, anonymous and file-backed resident memory of this process (MB), from /proc."""
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"))  # type: ignore
 
 
 # -- child processes ----------------------------------------------------------------------
@@ -109,8 +109,8 @@ def child_search(db: str, n_queries: int, check_exact: int) -> dict:
         t = time.perf_counter()
         store.memory.search(SUBJECT, q, recall=True)
         rec_times.append(time.perf_counter() - t)
-    rss, peak = rss_mb()
-    out = {"open_s": t_open, "first_s": t_first, "import_s": t_import, "scan": first.scan,
+    rss, peak, anon, mapped = rss_mb()
+    out = {"anon_mb": anon, "file_mb": mapped,"open_s": t_open, "first_s": t_first, "import_s": t_import, "scan": first.scan,
            "p50_ms": 1000 * statistics.median(times), "p95_ms": 1000 * float(np.percentile(times, 95)),
            "recall_p50_ms": 1000 * statistics.median(rec_times), "rss_mb": rss, "peak_mb": peak,
            "rebuilt": store.memory.rebuilt_subjects, "records": store.memory.shard(SUBJECT).live_count()}
@@ -154,7 +154,7 @@ def measure(folder: Path, n: int, budget: float, queries: int, check_exact: int)
     print(f"  fresh process: open {1000 * opened['open_s']:.0f} ms, first search {1000 * opened['first_s']:.0f} ms, "
           f"search p50 {opened['p50_ms']:.2f} ms p95 {opened['p95_ms']:.2f} ms (recall=True p50 "
           f"{opened['recall_p50_ms']:.2f}), scan {opened['scan']}, RSS {opened['rss_mb']:,.0f} MB (peak "
-          f"{opened['peak_mb']:,.0f}), rebuilt {opened['rebuilt'] or 'nothing'}"
+          f"{opened['peak_mb']:,.0f}; anonymous {opened['anon_mb']:,.0f}, mapped files {opened['file_mb']:,.0f}), rebuilt {opened['rebuilt'] or 'nothing'}"
           + (f"; {opened['scan']} scan against float32 on {check_exact} queries: top-10 recall "
              f"{opened['recall_vs_float32']:.3f}, matching-count difference {100 * opened['count_diff']:.2f}% "
              f"(recall stored at save: {opened['scan_recall']})" if "recall_vs_float32" in opened else ""), flush=True)

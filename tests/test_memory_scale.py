@@ -66,7 +66,8 @@ def test_close_writes_index_files_and_a_new_process_maps_them(tmp_path: Path) ->
     again = open_memory(path)
     assert answer(again) == before
     assert again.rebuilt_subjects == []  # nothing re-read from the table
-    assert isinstance(again.shard("u").vecs.base, np.memmap)
+    base = again.shard("u").vecs.base
+    assert base is not None and not base.flags.owndata and not base.flags.writeable  # mapped from the file
 
 
 def test_a_change_made_with_plain_sql_makes_the_file_stale(tmp_path: Path) -> None:
@@ -204,3 +205,20 @@ def test_an_int8_search_names_its_mode_in_the_receipt() -> None:
     res = SearchResult(subject="u", query="q", records=[], mode="semantic", requested_semantic=True, now=NOW,
                        scan="int8", scan_recall=0.987)
     assert "approximate vector scan (int8" in res.receipt() and "0.987" in res.receipt()
+
+
+def test_row_reader_reads_the_rows_a_mapping_would(tmp_path: Path) -> None:
+    from tracemem.memory.persist import RowReader, load_shard, save_shard
+
+    shard, _ = random_shard(500)
+    arrays, vocab = shard.arrays()
+    name = save_shard(tmp_path, "s", (500, 7), arrays, vocab)
+    mapped, _ = load_shard(tmp_path / name, "s", (500, 7))
+    read, _ = load_shard(tmp_path / name, "s", (500, 7), random_access=("vec_f32",))
+    assert isinstance(read["vec_f32"], RowReader)
+    rows = np.array([499, 0, 17, 17, 250])
+    assert np.array_equal(read["vec_f32"].rows(rows), mapped["vec_f32"][rows])
+    assert np.array_equal(read["vec_f32"].array(), mapped["vec_f32"])
+    again = Shard(64, read, vocab)
+    q = np.asarray(mapped["vec_f32"][3])
+    assert np.allclose(again.vecs.exact(rows, q), mapped["vec_f32"][rows] @ q)

@@ -31,10 +31,17 @@ from .fingerprint import Fingerprint
 from .index import Shard, VectorIndex
 from .persist import ShardFileError, load_shard, read_manifest, save_shard, write_manifest
 from .tables import MEMORY_COLUMNS
+from .vectors import INT8_MIN_ROWS, int8_kernel
 
 __all__ = ["IndexCache"]
 
 _EMBEDDER_ID = MEMORY_COLUMNS.index("embedder_id")
+
+
+def _random_access(entry: dict[str, Any]) -> tuple[str, ...]:
+    """Shards scanned in int8 read float32 vectors only to re-rank a few rows: read those, never map them."""
+    big = int(entry.get("rows", 0)) >= INT8_MIN_ROWS
+    return ("vec_f32",) if big and int8_kernel() is not None else ()
 
 
 class IndexCache:
@@ -86,7 +93,8 @@ class IndexCache:
         assert self.index is not None and self.folder is not None
         entry = self.manifest["shards"][subject]
         try:
-            arrays, vocab = load_shard(self.folder / entry["file"], subject, tuple(entry["fp"]))
+            arrays, vocab = load_shard(self.folder / entry["file"], subject, tuple(entry["fp"]),
+                                       _random_access(entry))
         except ShardFileError:
             self.manifest["shards"].pop(subject, None)
             self.rebuilt.append(subject)
@@ -186,8 +194,10 @@ class IndexCache:
             shard = index.shards.get(subject) or Shard(index.dim)
             arrays, vocab = shard.arrays()
             name = save_shard(self.folder, subject, table[subject], arrays, vocab)
-            self.manifest["shards"][subject] = {"file": name, "fp": list(table[subject])}
-            loaded = Shard(index.dim, *load_shard(self.folder / name, subject, table[subject]))
+            entry = self.manifest["shards"][subject] = {"file": name, "fp": list(table[subject]),
+                                                        "rows": int(len(arrays["ids"]))}
+            loaded = Shard(index.dim, *load_shard(self.folder / name, subject, table[subject],
+                                                  _random_access(entry)))
             loaded.dirty = False
             index.shards[subject] = loaded  # the mapped file replaces the in-memory copy (less resident memory)
         write_manifest(self.folder, self.manifest)

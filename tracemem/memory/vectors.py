@@ -66,7 +66,7 @@ class Vectors:
     def __init__(self, dim: int, base: Mapping[str, Any] | None = None) -> None:
         self.dim = dim
         base = base or {}
-        self.base: np.ndarray | None = base.get("vec_f32")
+        self.base: Any = base.get("vec_f32")  # an array, or a persist.RowReader (rows read on demand)
         self.n_base = 0 if self.base is None else len(self.base)
         self.codes = {k: base[k] for k in ("vec_i8", "vec_scale") if k in base}
         recall = base.get("int8_recall")
@@ -95,7 +95,8 @@ class Vectors:
         in_base = rows < self.n_base
         if in_base.any():
             assert self.base is not None
-            out[in_base] = self.base[rows[in_base]]
+            base_rows = rows[in_base]
+            out[in_base] = self.base.rows(base_rows) if hasattr(self.base, "rows") else self.base[base_rows]
         out[~in_base] = self.tail[rows[~in_base] - self.n_base]
         return out
 
@@ -105,6 +106,9 @@ class Vectors:
         out = np.empty(len(rows), dtype=np.float32)
         out[order] = self.take(np.asarray(rows)[order]) @ query
         return out
+
+    def _matrix(self) -> np.ndarray:
+        return self.base.array() if hasattr(self.base, "array") else self.base
 
     def mode(self) -> str:
         """'int8' when the base is scanned through its int8 codes, else 'float32'."""
@@ -127,7 +131,7 @@ class Vectors:
                 parts.append(kernel(self.codes["vec_i8"], q8) * (self.codes["vec_scale"] * np.float32(sq)))
                 approximate = True
             else:
-                parts.append(self.base @ query)
+                parts.append(self._matrix() @ query)
         if self.n_tail:
             parts.append(self.tail[: self.n_tail] @ query)
         if not parts:
@@ -144,7 +148,7 @@ class Vectors:
             q = self.take(rng.integers(0, self.n_base, size=2)).sum(axis=0)
             q += rng.standard_normal(self.dim).astype(np.float32) * np.float32(np.linalg.norm(q) / 4)
             q /= np.linalg.norm(q)
-            truth = np.argpartition(-(self.base @ q), k)[:k]
+            truth = np.argpartition(-(self._matrix() @ q), k)[:k]
             est, _ = self.scan(q)
             pool = np.argpartition(-est, k + RERANK)[: k + RERANK]
             best = pool[np.argpartition(-self.exact(pool, q), k)[:k]]
