@@ -184,7 +184,9 @@ def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, bool
     """Cosine of every row (0 without a vector), and whether the values are int8 estimates."""
     assert shard.vecs is not None
     sim, approximate = shard.vecs.scan(query_vec)
-    return np.where(shard.has_vec[: shard.n], sim, np.float32(0.0)), approximate
+    if shard.indexed_count() < shard.n:  # rows stored without a vector (or dead ones): cosine 0
+        sim = np.where(shard.has_vec[: shard.n], sim, np.float32(0.0))
+    return sim, approximate
 
 
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
@@ -194,14 +196,19 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
     lex = shard.lex.score(qtids, n)
-    lex[~alive] = 0.0
+    if shard.n_dead:
+        lex[~alive] = 0.0
     sim: np.ndarray | None = None
     approximate = False
     if query_vec is not None:
         sim, approximate = _similarities(shard, query_vec)
-        cand = alive & ((lex > 0) | (shard.has_vec[:n] & (sim >= min_similarity)))
+        cand = (lex > 0) | (sim >= min_similarity)  # a row without a vector has sim 0 and is no match by it
+        if min_similarity <= 0:
+            cand &= shard.has_vec[:n] | (lex > 0)
+        if shard.n_dead:
+            cand &= alive
     else:
-        cand = alive & (lex > 0)
+        cand = lex > 0  # dead rows scored 0 above
 
     cand_rows = np.flatnonzero(cand)
     sims = None if sim is None or query_vec is None else _Sims(shard, query_vec, cand_rows, sim, approximate)
