@@ -107,7 +107,9 @@ class Store:
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory
 
-        kwargs = {} if embedder == "default" else {"embedder": embedder}
+        kwargs: dict[str, Any] = {} if embedder == "default" else {"embedder": embedder}
+        if self.snapshot_of:  # a snapshot copy maps the original's index files (their fingerprints are checked)
+            kwargs["index_dir"] = self.snapshot_of + ".memindex"
         return Memory(self.con.cursor(), self.lock, read_only=self.read_only, **kwargs)
 
     # -- writing ------------------------------------------------------------------
@@ -144,7 +146,10 @@ class Store:
         finally:
             self.writer.stop()
             with self.lock:
-                self.con.close()
+                try:
+                    self.memory.close()  # writes the memory index files beside the DuckDB file
+                finally:
+                    self.con.close()
             if self.user_sql is not None:
                 self.user_sql.close()
             if self._snapshot_dir is not None:
