@@ -27,7 +27,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
-             ("continues_run_id", S)],
+             ("continues_run_id", S), ("thread_id", S)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S))],
@@ -59,7 +59,7 @@ def _json(value: Any) -> Optional[str]:
 def run_row(run: Run) -> tuple:
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id, run.continues)
+            run.subject, run.query, run.trace_id, run.continues, run.thread_id)
 
 
 def end_facts(run: Run) -> dict[str, Any]:

