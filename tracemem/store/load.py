@@ -103,12 +103,15 @@ _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, 
 }
 
 
-def _query(n: int) -> str:
-    """The one query of a load of n runs (ids as $1..$n, or as one list $1 when many)."""
+def _query(n: int, empty: frozenset[str] = frozenset()) -> str:
+    """The one query of a load of n runs (ids as $1..$n, or as one list $1 when many), leaving out the
+    tables known to be empty (a lookup in an empty table still costs its share of the plan)."""
     ids = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"
     branches = []
     for name, (key, cols, step, seq) in _READ.items():
         table = "runs" if name == "children" else name
+        if table in empty and name != "runs":
+            continue
         picked = ", ".join(f'{c} AS "{name}.{i}"' for i, c in enumerate(cols))
         branches.append(f"(SELECT '{name}' AS _t, {key} AS _run, {step} AS _step, {seq} AS _seq, rowid AS _rowid, "
                         f"{picked} FROM {table} WHERE {key} IN ({ids}))")
@@ -121,47 +124,35 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         return {}
-    rel = con.execute(_query(len(ids)), ids if len(ids) <= 8 else [ids])
+    empty = frozenset(t for t, size in con.execute(
+        "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main'").fetchall() if size == 0)
+    rel = con.execute(_query(len(ids), empty), ids if len(ids) <= 8 else [ids])
     names = [d[0] for d in rel.description]
     rows = rel.fetchall()
-    at = {name: slice(names.index(f"{name}.0"), names.index(f"{name}.0") + len(_READ[name][1])) for name in _READ}
-    runs: dict[str, Run] = {}
+    at = {name: slice(names.index(f"{name}.0"), names.index(f"{name}.0") + len(_READ[name][1]))
+          for name in _READ if f"{name}.0" in names}
+    heads: list[tuple] = []
     children: list[tuple[str, str]] = []
-    for row in rows:  # "children" < "decisions" < … < "runs" < "steps" < "writes": heads come before steps
-        table, rid = row[0], row[1]
-        values = row[at[table]]
-        if table == "runs":
-            continue
-        if table == "children":
-            children.append((values[0], rid))
-            continue
-        rows_of = runs.setdefault(rid, _pending(rid))
-        if table == "steps":
-            rows_of.steps.append(Step(*values[:11], tuple(values[11] or ())))
-        elif table == "reads":
-            rows_of.reads.append(Read(*values))
-        elif table == "writes":
-            rows_of.writes.append(Write(*values))
-        elif table == "decisions":
-            rows_of.decisions.append(Decision(values[0], values[1], json.loads(values[2]) if values[2] else None))
-        else:
-            rows_of.rows.setdefault(table, []).append(dict(zip(_READ[table][1], values)))
-    out: dict[str, Run] = {}
+    records: dict[str, Record] = {}
     for row in rows:
-        if row[0] != "runs":
-            continue
-        (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject,
-         query, trace_id, continues, thread_id) = row[at["runs"]]
-        run = Run(run_id=row[1], pipeline=pipeline, pipeline_hash=phash,
+        table, rid, values = row[0], row[1], row[at[row[0]]]
+        if table == "runs":
+            heads.append((rid, *values))
+        elif table == "children":
+            children.append((values[0], rid))
+        else:
+            records.setdefault(rid, Record()).add(table, values)
+    out: dict[str, Run] = {}
+    for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
+         subject, query, trace_id, continues, thread_id) in heads:
+        run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
                   schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
                   started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
         run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
         run.query, run.trace_id, run.store, run.continues, run.thread_id = query, trace_id, store, continues, thread_id
-        record = runs.get(row[1])
-        if record is not None:
-            run.steps, run.reads, run.writes, run.decisions, run.rows = (
-                record.steps, record.reads, record.writes, record.decisions, record.rows)
-        out[row[1]] = run
+        records.get(run_id, Record()).give(run)
+        out[run_id] = run
     if children:
         loaded = load_runs(store, con, [c for c, _ in children])
         for child, parent in children:
@@ -170,9 +161,31 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
     return out
 
 
-def _pending(run_id: str) -> Run:
-    """A holder for a run's rows until its head row is read."""
-    return Run(run_id=run_id, pipeline="", pipeline_hash="", schema=None, input_json="{}", started_at=0)
+class Record:
+    """One run's rows as a load reads them, until its head row makes the `Run`."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
+        self.decisions: list[Decision] = []
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, table: str, values: tuple) -> None:
+        if table == "steps":
+            self.steps.append(Step(*values[:11], tuple(values[11] or ())))
+        elif table == "reads":
+            self.reads.append(Read(*values))
+        elif table == "writes":
+            self.writes.append(Write(*values))
+        elif table == "decisions":
+            self.decisions.append(Decision(values[0], values[1], json.loads(values[2]) if values[2] else None))
+        else:
+            self.rows.setdefault(table, []).append(dict(zip(_READ[table][1], values)))
+
+    def give(self, run: Run) -> None:
+        run.steps, run.reads, run.writes, run.decisions, run.rows = (
+            self.steps, self.reads, self.writes, self.decisions, self.rows)
 
 
 def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -> Run:
