@@ -244,3 +244,19 @@ def test_prune_cut_off_by_date_still_keeps_thread_turns(tmp_path):
         cut = datetime.utcnow() + timedelta(days=1)
         report = store.prune(older_than=cut, keep_last=2, dry_run=True)
         assert report.runs == [] and set(report.kept_cited) == {r.run_id for r in runs[:4]}
+
+
+def test_kept_states_are_bounded(tmp_path):
+    from tracemem.store.threads import ThreadStates
+
+    with Store(str(tmp_path / "k.duckdb")) as store:
+        runs = build(store, 6)
+        states = ThreadStates(runs=3, states=2)
+        for run in runs:
+            states.recorded(run)
+        assert list(states.ended) == [r.run_id for r in runs[3:]]
+        assert states.known(runs[0].run_id) is None  # evicted: the store replays it instead
+        assert states.known(runs[3].run_id) is None  # its predecessor's state is not kept
+        small = ThreadStates(held=1)
+        small.recorded(runs[0])
+        assert not small.ended and small.held == 0

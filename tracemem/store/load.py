@@ -2,7 +2,7 @@
 conversation thread's writes in bulk.
 
 Every lookup is by run id, which each run table indexes (schema v6), and several runs load
-together: one query per table however many runs (`load_runs`), so a backtrack that walks
+together: one query however many runs (`load_runs`), so a backtrack that walks
 forty turns of a thread, or a store of a million runs, costs index lookups, never scans.
 """
 from __future__ import annotations

@@ -62,21 +62,25 @@ def advance(base: dict[str, Any], inputs: dict[str, Any], writes: list[Write],
 
 
 class ThreadStates:
-    """Final states of the runs recorded (and resumed) through one store most recently, bounded."""
+    """Final states of the runs recorded (and resumed) through one store most recently, bounded: at most
+    `runs` recorded runs whose writes hold at most `held` characters of values, and `states` states."""
 
-    def __init__(self, runs: int = 512, states: int = 64) -> None:
+    def __init__(self, runs: int = 256, held: int = 32_000_000, states: int = 64) -> None:
         self.lock = threading.Lock()
-        self.max_runs, self.max_states = runs, states
-        self.ended: OrderedDict[str, Ended] = OrderedDict()
+        self.max_runs, self.max_held, self.max_states = runs, held, states
+        self.held = 0
+        self.ended: OrderedDict[str, tuple[Ended, int]] = OrderedDict()
         self.states: OrderedDict[str, Known] = OrderedDict()
 
     def recorded(self, run: Run) -> None:
-        """A run ended in this store (the store's sink calls this; O(1), nothing copied)."""
+        """A run ended in this store (the store's sink calls this; nothing copied)."""
         entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, run.steps, run.writes)
+        size = sum(len(w.value) for w in run.writes if w.value is not None)
         with self.lock:
-            self.ended[run.run_id] = entry
-            if len(self.ended) > self.max_runs:
-                self.ended.popitem(last=False)
+            self.ended[run.run_id] = (entry, size)
+            self.held += size
+            while self.ended and (len(self.ended) > self.max_runs or self.held > self.max_held):
+                self.held -= self.ended.popitem(last=False)[1][1]
 
     def known(self, run_id: str) -> Optional[Known]:
         """The run's final state if it can be had without reading the file: kept, or one step on from
@@ -86,9 +90,10 @@ class ThreadStates:
             if hit is not None:
                 self.states.move_to_end(run_id)
                 return hit
-            e = self.ended.get(run_id)
-            if e is None:
+            held = self.ended.get(run_id)
+            if held is None:
                 return None
+            e = held[0]
             base = {} if e.continues is None else self.states.get(e.continues)
             if base is None:
                 return None
@@ -110,6 +115,7 @@ class ThreadStates:
         with self.lock:
             self.ended.clear()
             self.states.clear()
+            self.held = 0
 
 
 def handout(known: Known) -> Any:
