@@ -305,6 +305,12 @@ def bench_big(folder: str, runs: int, prune_runs: int, seconds: float) -> None:
           f"   (first call {first_list:.1f} ms)")
     print(f"{f'store.run(id) at {built:,} runs, random ids':<46} {point:>7.2f} ms {'≤ 10 ms':>10}  "
           f"{verdict(point, 10)}   (first call {first_run:.1f} ms)")
+    if built >= 10 * prune_runs:  # the other shape: a slice of a big store (its indexes are updated, not rebuilt)
+        with Store(path) as store:
+            t = time.perf_counter()
+            report = store.prune(keep_last=built - prune_runs)
+            elapsed = time.perf_counter() - t
+        print(f"{f'prune of the oldest {len(report.runs):,} of {built:,} runs':<46} {elapsed:>8.2f} s")
     os.remove(path)
     small = os.path.join(folder, "prune.duckdb")
     built, took = build_store(small, prune_runs, seconds, seed=1)

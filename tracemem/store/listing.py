@@ -2,11 +2,11 @@
 
 Two things made it slow on a big store: it counted the steps of every run, not only
 of those it returned, and it ordered every run by start time to keep twenty. Steps
-are now counted for the returned runs only (an indexed join), and the newest runs
-are looked for first among the rows inserted last — runs are written roughly in the
-order they start — with a cut-off on `started_at` that lets DuckDB skip every older
-row group. The cut-off never changes the answer: when fewer rows than asked pass it,
-the query runs again without it.
+are now counted for the returned runs only (index lookups), and the newest runs are
+looked for first among the rows inserted last — runs are written roughly in the order
+they start — with a cut-off on `started_at` that lets DuckDB skip every older row
+group. The cut-off never changes the answer: when fewer rows than asked pass it, the
+query runs again without it.
 """
 from __future__ import annotations
 
@@ -40,21 +40,23 @@ def list_runs(con: Any, *, pipeline: Optional[str] = None, status: Optional[str]
     limit = int(limit)
     if limit <= 0:
         return []
-    # the oldest start among the rows inserted last: a guess at the cut-off, checked below
-    cut = first_row(con.execute("SELECT min(started_at) FROM runs WHERE rowid > (SELECT max(rowid) FROM runs) - ?",
-                                [8 * limit + 64]))
+    # the oldest start among the rows inserted last (rowids follow insertion): a guess at the cut-off
+    total = first_row(con.execute("SELECT count(*) FROM runs"))[0]
+    cut = first_row(con.execute("SELECT min(started_at) FROM runs WHERE rowid >= ?", [total - (8 * limit + 64)]))
+    rel = None
     rows: list[tuple] = []
-    cols: list[str] = []
     for guess in ([cut[0]] if cut and cut[0] is not None else []) + [None]:
         clause = where + (["r.started_at >= ?"] if guess is not None else [])
-        rel = con.execute(
-            f"WITH top AS (SELECT {_COLUMNS} FROM runs r {'WHERE ' + ' AND '.join(clause) if clause else ''} "
-            f"ORDER BY r.started_at DESC, r.run_id LIMIT {limit}) "
-            "SELECT top.*, count(s.run_id) AS steps FROM top LEFT JOIN steps s ON s.run_id = top.run_id "
-            "GROUP BY ALL ORDER BY top.started_at DESC, top.run_id",
-            params + ([guess] if guess is not None else []))
-        cols = [d[0] for d in rel.description]
+        rel = con.execute(f"SELECT {_COLUMNS} FROM runs r {'WHERE ' + ' AND '.join(clause) if clause else ''} "
+                          f"ORDER BY r.started_at DESC, r.run_id LIMIT {limit}",
+                          params + ([guess] if guess is not None else []))
         rows = rel.fetchall()
-        if len(rows) == limit:
+        if len(rows) == limit:  # a full page past the cut-off: no run before it can be newer
             break
-    return [dict(zip(cols, row)) for row in rows]
+    if not rows or rel is None:
+        return []
+    cols = [d[0] for d in rel.description]
+    ids = [row[0] for row in rows]
+    steps = dict(con.execute(f"SELECT run_id, count(*) FROM steps WHERE run_id IN ({', '.join('?' * len(ids))}) "
+                             "GROUP BY run_id", ids).fetchall())
+    return [{**dict(zip(cols, row)), "steps": steps.get(row[0], 0)} for row in rows]

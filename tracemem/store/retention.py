@@ -130,18 +130,27 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
         return report
     in_tree = "run_id IN (SELECT run_id FROM _prune_tree)"
     sections = f"prompt_id IN (SELECT prompt_id FROM prompts WHERE {in_tree})"
+    # DuckDB removes each deleted row from every index when the delete commits (~4 µs a row): when most of
+    # the store goes, dropping the run tables' indexes first and building them again over what is left is
+    # several times faster (they are rebuilt in `finally`, and on the next open if the process dies between)
+    rebuild = [] if dry_run or len(report.runs) * 4 < first_row(con.execute("SELECT count(*) FROM runs"))[0] else \
+        con.execute("SELECT index_name, sql FROM duckdb_indexes() WHERE database_name = current_database() "
+                    "AND table_name IN (SELECT unnest(?::VARCHAR[]))", [list(RUN_TABLES)]).fetchall()
+    for name, _ in rebuild:
+        con.execute(f'DROP INDEX "{name}"')
     if not dry_run:
         con.execute("BEGIN TRANSACTION")
     try:
-        for i, table in enumerate(RUN_TABLES):
+        # prompt_sections before prompts: its filter reads prompts; a DELETE answers with its row count
+        order = ("prompt_sections",) + tuple(t for t in RUN_TABLES if t != "prompt_sections")
+        for i, table in enumerate(order):
             where = sections if table == "prompt_sections" else in_tree
-            report.rows[table] = first_row(con.execute(f"SELECT count(*) FROM {table} WHERE {where}"))[0]
+            verb = "SELECT count(*) FROM" if dry_run else "DELETE FROM"
+            report.rows[table] = first_row(con.execute(f"{verb} {table} WHERE {where}"))[0]
             if progress:
-                progress(i + 1, len(RUN_TABLES))
+                progress(i + 1, len(order))
+        report.rows = {t: report.rows[t] for t in RUN_TABLES}
         if not dry_run:
-            # prompt_sections before prompts: its filter reads prompts
-            for table in ("prompt_sections",) + tuple(t for t in RUN_TABLES if t != "prompt_sections"):
-                con.execute(f"DELETE FROM {table} WHERE {sections if table == 'prompt_sections' else in_tree}")
             if report.forced:  # what kept evidence still names: traces crossing into it say "pruned"
                 con.execute("INSERT INTO pruned_runs SELECT run_id, ? FROM _prune_tree "
                             "WHERE root IN (SELECT unnest(?::VARCHAR[]))", [utc_now(), report.forced])
@@ -150,6 +159,9 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
         if not dry_run:
             con.execute("ROLLBACK")
         raise
+    finally:
+        for _, sql in rebuild:
+            con.execute(sql)
     return report
 
 

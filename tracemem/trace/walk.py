@@ -5,7 +5,7 @@ trace, and asks `sources` for what lies beyond the scope (model calls, prompt
 sections, memories, past runs). Other runs are read through the loader the run
 was recorded with (`run.store`): a thread once per walk, a run once per walk, and
 the turns of a thread in windows (the turn the walk reached and the older ones
-next to it, where it goes next), one query per table for each window.
+next to it, where it goes next), one query for each window.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Walker:
         self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
         self.threads: dict[str, tuple[list[ThreadRun], int]] = {}  # run id → (its thread, its position)
         self.by_root: dict[tuple[int, str], list[ThreadRun]] = {}  # (id of a thread, field) → its writes there
-        self.loaded: dict[str, Any] = {}  # runs read from the store, not yet indexed
+        self.loaded: dict[str, "Run"] = {}  # runs read from the store, not yet indexed
         self.absent: set[str] = set()  # runs asked for and not in the store
 
     def index(self, run_id: str, live: Optional["Run"] = None) -> Optional[RunIndex]:
