@@ -41,6 +41,7 @@ from pydantic import BaseModel  # noqa: E402
 
 from tracemem import Pipeline  # noqa: E402
 from tracemem.store import Store  # noqa: E402
+from tracemem.store.tables import index  # noqa: E402
 
 
 class Chat(BaseModel):
@@ -271,6 +272,7 @@ def build_store(path: str, runs: int, seconds: float, seed: int = 0) -> tuple[in
                 fill(store.con, built, built + n, seed)
                 store.con.execute("COMMIT")
                 built += n
+                index(store.con)  # as the writer does once the store holds INDEX_FROM runs: later rows are indexed
             store.con.execute("CHECKPOINT")
     return built, time.perf_counter() - start
 

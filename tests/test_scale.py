@@ -191,18 +191,26 @@ def test_threads_recorded_before_thread_id_still_load(tmp_path):
         assert state(store.run(newer.run_id, scope=Chat).output) == state(newer.output)
 
 
-def test_every_run_table_is_indexed_also_after_migrating_a_file_with_subflow_steps(tmp_path):
+def test_a_big_store_is_indexed_a_small_one_is_not_also_after_migrating(tmp_path):
     path = str(tmp_path / "v2.duckdb")
     con = duckdb.connect(path)
     store_schema.create(con, version=2)
-    con.execute("INSERT INTO tracemem_meta VALUES ('secret_salt', '00') ON CONFLICT DO NOTHING")
     con.execute("INSERT INTO steps (run_id, step, stage, kind, status, logs) VALUES "
                 "('r1', 1, 'sub', 'subflow', 'ok', ['subflow outputs {\"a\": \"b\"}'])")
+    con.execute("INSERT INTO runs (run_id, pipeline, status) VALUES ('r1', 'p', 'ok')")
     con.close()
-    with Store(path) as store:  # v3's UPDATE and v6's indexes: two transactions
-        indexed = {r[0] for r in store.sql("SELECT table_name FROM duckdb_indexes()").fetchall()}
-        assert set(store_schema.RUN_TABLES) - {"step_journal"} <= indexed
+    with Store(path) as store:  # v3's UPDATE commits before any index is built
         assert store.sql("SELECT outputs FROM subflows").fetchall() == [('{"a": "b"}',)]
+        assert not store.indexed
+        assert store.sql("SELECT count(*) FROM duckdb_indexes() WHERE table_name <> 'memory_events'").fetchall() == [(0,)]
+        with store.lock:
+            assert store_schema.index(store.con, at_least=1)  # what a store of INDEX_FROM runs does
+        indexed = {r[0] for r in store.sql("SELECT table_name FROM duckdb_indexes() "
+                                           "WHERE table_name <> 'memory_events'").fetchall()}
+        assert set(store_schema.RUN_TABLES) - {"step_journal", "run_embeddings"} == indexed
+        assert store.run("r1").steps[0].stage == "sub"
+    with Store(path) as store:
+        assert not store.indexed  # one run: below INDEX_FROM, nothing built at open (what exists stays)
 
 
 def test_runs_lists_the_newest_with_their_own_step_counts_whatever_was_inserted_last(tmp_path):

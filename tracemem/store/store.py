@@ -36,7 +36,7 @@ from .load import load_run, load_runs, thread
 from .opening import connect, recover_dead_runs
 from .retention import PruneReport, export, prune
 from .snapshots import SnapshotIndex
-from .tables import open_schema
+from .tables import INDEX_FROM, index, open_schema
 from .threads import Known, ThreadStates, handout
 from .user_sql import UserSQL
 from .writer import StoreSink, Writer
@@ -77,6 +77,7 @@ class Store:
             # runs left 'running' by a process that is gone: their journal is replayed, and those that
             # never ended are marked interrupted
             self.interrupted = [] if self.read_only else recover_dead_runs(self.con)
+            self.indexed = False if self.read_only else index(self.con, log)
         self.memory = self._open_memory(embedder)
         if snapshot_embedder == "default":
             from ..memory import HashingEmbedder
@@ -85,8 +86,10 @@ class Store:
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
         self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
+        self.log = log
+        self._written = 0  # runs written since the store last checked whether it is big enough to index
         self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added, self.threads.recorded)
+                             self.snapshots.added, self.threads.recorded, self._grown)
         # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -99,6 +102,14 @@ class Store:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _grown(self, written: int) -> None:
+        """The writer wrote `written` runs: index the store when it has grown big (once; on its thread)."""
+        self._written += written
+        if not self.indexed and self._written >= INDEX_FROM // 10:
+            self._written = 0
+            with self.lock:
+                self.indexed = index(self.con, self.log)
 
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory

@@ -74,23 +74,24 @@ RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "p
 # - runs.thread_id: the first run of the conversation thread a run continues (NULL for a run that continues
 #   none), so a thread is one indexed lookup instead of a recursive walk over `runs` (runs recorded before
 #   keep NULL: their threads are still walked, see store/load.py `chain_of`);
-# - an ART index on run_id in every run table (the step journal excepted: it is transient), and on
-#   runs.parent_run_id and runs.thread_id: loading a run is point lookups, not scans (a 1M-run store:
+# - ART indexes (INDEXES below) on run_id in the run tables a load reads, and on runs.parent_run_id and
+#   runs.thread_id, once the store is big: loading a run is point lookups, not scans (a 1M-run store:
 #   ~120 ms → a few ms; ~1 µs/stage more writer CPU);
 # - pruned_runs: a tombstone per run `prune(force=True)` removed, so a trace crossing into one says so.
 V6_MIGRATION: list[str] = [
     "ALTER TABLE runs ADD COLUMN thread_id VARCHAR",
     "CREATE TABLE pruned_runs (run_id VARCHAR, pruned_at TIMESTAMP_NS)",
 ]
-# Built after a migration commits (DuckDB cannot index a table with uncommitted updates, which earlier
-# migrations make), and checked on every writable open (a prune rebuilds them; a file whose indexing
-# failed still reads correctly, only slower).
+# Built once a store holds INDEX_FROM runs (at a writable open, or by the writer as the store grows):
+# below that a scan costs about what a lookup does, while the indexes' blocks would add a third to a small
+# file (a 500-turn chat: 0.79 → 1.08 MB). Never inside a migration's transaction (DuckDB cannot index a
+# table with uncommitted updates, which earlier migrations make); a prune drops and rebuilds them.
+INDEX_FROM = 20_000
 INDEXES: list[str] = [
     *[f"CREATE INDEX IF NOT EXISTS {table}_run_id_idx ON {table} (run_id)"
-      for table in RUN_TABLES if table != "step_journal"],
+      for table in RUN_TABLES if table not in ("step_journal", "run_embeddings")],
     "CREATE INDEX IF NOT EXISTS runs_parent_run_id_idx ON runs (parent_run_id)",
     "CREATE INDEX IF NOT EXISTS runs_thread_id_idx ON runs (thread_id)",
-    "CREATE INDEX IF NOT EXISTS pruned_runs_run_id_idx ON pruned_runs (run_id)",
 ]
 
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 6: V6_MIGRATION}
@@ -108,9 +109,6 @@ def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> Non
             con.execute(ddl)
     for ddl in MEMORY_DDL:
         con.execute(ddl)
-    if version >= 6:
-        for ddl in INDEXES:
-            con.execute(ddl)
     set_meta(con, "format", FORMAT)
     set_meta(con, "schema_version", str(version))
 
@@ -155,10 +153,21 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         except Exception as err:
             con.execute("ROLLBACK")
             raise TracememError(f"migrating {path} from schema v{version} failed: {err}; the file is unchanged") from err
-    if not read_only:  # after a migration, or a prune that died while rebuilding them (IF NOT EXISTS: ~5 ms)
-        try:
-            for ddl in INDEXES:
-                con.execute(ddl)
-        except duckdb.Error as err:
-            log(f"{path} could not be indexed ({str(err).splitlines()[0]}); it works, only slower")
     return SCHEMA_VERSION
+
+
+def index(con: duckdb.DuckDBPyConnection, log: Callable[[str], None] = lambda m: None,
+          at_least: int = INDEX_FROM) -> bool:
+    """Build the run tables' indexes once the store holds `at_least` runs (again after a prune that died
+    rebuilding them: IF NOT EXISTS); whether the store is indexed. A failure is logged, never raised: the
+    store reads correctly without them, only slower."""
+    runs = con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+    if runs < at_least:
+        return False
+    try:
+        for ddl in INDEXES:
+            con.execute(ddl)
+    except duckdb.Error as err:
+        log(f"indexing the store failed ({str(err).splitlines()[0]}); it works, only slower")
+        return False
+    return True
