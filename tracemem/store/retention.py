@@ -165,6 +165,12 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
     return report
 
 
+def pruned_at(con: Any, run_id: str) -> Optional[datetime]:
+    """When `prune(force=True)` removed run `run_id` (its tombstone in `pruned_runs`; None: never)."""
+    row = first_row(con.execute("SELECT max(pruned_at) FROM pruned_runs WHERE run_id = ?", [run_id]))
+    return row[0] if row else None
+
+
 def export(con: Any, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
     os.makedirs(directory, exist_ok=True)
     counts: dict[str, int] = {}

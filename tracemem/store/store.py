@@ -24,20 +24,19 @@ from typing import Any, Callable, Optional
 import duckdb
 from pydantic import BaseModel
 
-from ..dbmeta import first_row, get_meta, set_meta
-from ..errors import RunNotFoundError, TracememError
+from ..dbmeta import get_meta, set_meta
+from ..errors import TracememError
 from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
-from ..scope.replay import replay_thread
 from ..scope.schema import ScopeSchema
 from .listing import list_runs
 from .load import load_run, load_runs, thread
 from .opening import connect, recover_dead_runs
-from .retention import PruneReport, export, prune
+from .retention import PruneReport, export, prune, pruned_at
 from .snapshots import SnapshotIndex
 from .tables import INDEX_FROM, index, open_schema
-from .threads import Known, ThreadStates, handout
+from .threads import ThreadStates, broken_thread, handout, replayed
 from .user_sql import UserSQL
 from .writer import StoreSink, Writer
 
@@ -174,8 +173,8 @@ class Store:
             return load_run(self, self.con, run_id, ScopeSchema(scope) if scope else None)
 
     def runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
-        """Several recorded runs at once (one query per table however many), by id; ids not in the
-        store are left out."""
+        """Several recorded runs at once (one query however many), by id; ids not in the store are left
+        out."""
         self.flush()
         with self.lock:
             return load_runs(self, self.con, list(run_ids))
@@ -188,34 +187,18 @@ class Store:
         if known is None:
             self.flush()
             with self.lock:
-                head = first_row(self.con.execute(
-                    "SELECT pipeline, pipeline_hash, thread_id FROM runs WHERE run_id = ?", [run_id]))
-                if head is None:
-                    raise RunNotFoundError(f"no run '{run_id}' in {self.path}; list runs with `tracemem runs` or "
-                                           f"store.runs()")
-                runs = thread(self.con, run_id)
-            schema = known_scopes.find(head[1], head[0])
-            if not runs[0].first:
-                raise TracememError(self.broken_thread(run_id, runs[0].run_id))
-            data = replay_thread(runs, schema.default if schema else (lambda name: None))
-            known = self.threads.keep(run_id, Known(head[0], head[2], schema, data))
+                known = self.threads.keep(run_id, replayed(self.con, run_id, self.path))
         return ResumePoint(run_id, known.pipeline, known.thread_id, known.schema, handout(known))
 
     def broken_thread(self, run_id: str, oldest: str) -> str:
         """Why a thread's state cannot be rebuilt: its oldest run here continues one that is gone."""
         with self.lock:
-            row = first_row(self.con.execute("SELECT continues_run_id FROM runs WHERE run_id = ?", [oldest]))
-        gone = row[0] if row else "?"
-        when = self.pruned_at(gone)
-        why = f"was pruned on {when:%Y-%m-%d %H:%M:%S} (prune(force=True))" if when else "is not in the store"
-        return (f"run {run_id} cannot be replayed: its thread continues run {gone}, which {why}; the turns "
-                f"before it are gone, so the thread's state is unknown")
+            return broken_thread(self.con, run_id, oldest)
 
     def pruned_at(self, run_id: str) -> Optional[datetime]:
         """When `prune(force=True)` removed run `run_id` (None: it was never pruned here)."""
         with self.lock:
-            row = first_row(self.con.execute("SELECT max(pruned_at) FROM pruned_runs WHERE run_id = ?", [run_id]))
-        return row[0] if row else None
+            return pruned_at(self.con, run_id)
 
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
         """The conversation thread ending at a run, oldest first, with each run's committed writes
