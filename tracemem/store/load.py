@@ -152,7 +152,10 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
         elif table == "children":
             children.append((values[0], rid))
         else:
-            records.setdefault(rid, Record()).add(table, values)
+            record = records.get(rid)
+            if record is None:
+                record = records[rid] = Record()
+            record.add(table, values)
     out: dict[str, Run] = {}
     for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
          subject, query, trace_id, continues, thread_id) in heads:
@@ -161,7 +164,8 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
                   started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
         run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
         run.query, run.trace_id, run.store, run.continues, run.thread_id = query, trace_id, store, continues, thread_id
-        records.get(run_id, Record()).give(run)
+        if run_id in records:
+            records[run_id].give(run)
         out[run_id] = run
     if children:
         loaded = load_runs(store, con, [c for c, _ in children])
