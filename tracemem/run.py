@@ -50,6 +50,7 @@ class Run:
         self.query: Optional[str] = None
         self.trace_id: Optional[str] = None
         self.continues: Optional[str] = None  # the run whose final state this run started from
+        self.notes: list[str] = []  # what tracemem had to change, or could not store, of this run (runs.notes)
         self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
         self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
         self._previous: Optional["Run"] = None

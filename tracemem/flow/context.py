@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from ..ids import new_id
+from ..masking import credentials
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -70,6 +71,7 @@ class StageContext:
                  **options: Any) -> Any:
         """Call `model.complete(messages, **options)` and record the call as a `model_calls` row of this
         step: model, provider, prompt id, reply, tokens, latency, and the error if it failed (then re-raised)."""
+        self._rec.state.secrets.update(credentials(model))  # masked in everything the step records
         call = {"call_id": new_id(48), "model": getattr(model, "name", None),
                 "provider": getattr(model, "provider", None), "prompt_id": prompt_id or None}
         started = time.time_ns()

@@ -51,9 +51,13 @@ class Pipeline(Generic[S]):
         self.nodes: list[Node] = []
 
     def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
-             description: Optional[str] = None, tool: bool = False) -> "Pipeline[S]":
-        """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next."""
-        self.nodes.append(StageNode(stage_spec(fn, id=id, name=name, description=description, tool=tool)))
+             description: Optional[str] = None, tool: bool = False,
+             timeout: Optional[float] = None) -> "Pipeline[S]":
+        """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next. With `timeout` (seconds), a stage still
+        running after it fails its step with `StageTimeout` (see tracemem/flow/timeout.py: an async stage is
+        cancelled; a sync one runs in a worker thread that is abandoned, its later writes discarded)."""
+        self.nodes.append(StageNode(stage_spec(fn, id=id, name=name, description=description, tool=tool,
+                                               timeout=timeout)))
         return self
 
     def branch(self, decider: Callable[..., Any], arms: Mapping[str, Any], *, id: Optional[str] = None,

@@ -5,6 +5,10 @@ Rows are collected as Python tuples and inserted per table as one Arrow table
 hundreds of rows a second, Arrow batches hundreds of thousands. `COLUMNS` is the
 one list of every run table's columns and types: the journal, the loader and
 retention all read it from here.
+
+A value Arrow or DuckDB cannot hold (see store/storable.py) fails the fast path;
+the batch is then built again with every value checked, and each change is noted
+on its run (`runs.notes`), in the same transaction as the rows themselves.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import pyarrow as pa
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
+from .diagnose import is_data_error
+from .storable import Cleaner
 
 NS = pa.timestamp("ns")
 S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
@@ -27,7 +33,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
-             ("continues_run_id", S)],
+             ("continues_run_id", S), ("lease", S), ("notes", pa.list_(S))],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S))],
@@ -49,6 +55,8 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "subflows": [("run_id", S), ("step", I), ("child_run_id", S), ("inputs", J), ("outputs", J)],
 }
 EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
+JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("writes", "value"), ("decisions", "evidence"),
+                          ("prompts", "messages"), ("subflows", "inputs"), ("subflows", "outputs")})
 _HOST = socket.gethostname()
 
 
@@ -56,16 +64,17 @@ def _json(value: Any) -> Optional[str]:
     return None if value is None else json.dumps(value, default=str)
 
 
-def run_row(run: Run) -> tuple:
+def run_row(run: Run, lease: Optional[str]) -> tuple:
+    """The runs row; `lease` names the store opening that records it (crash recovery tells live runs by it)."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id, run.continues)
+            run.subject, run.query, run.trace_id, run.continues, lease, list(run.notes) or None)
 
 
 def end_facts(run: Run) -> dict[str, Any]:
     """What the runs row learns when a run ends."""
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
-            "query": run.query, "trace_id": run.trace_id}
+            "query": run.query, "trace_id": run.trace_id, "notes": list(run.notes) or None}
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
@@ -103,12 +112,23 @@ class Batch:
     """Rows waiting to be inserted: `rows` per table, and for the hot tables `cols`,
     filled column-wise straight from the run's record tuples (no per-row Python work)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease: Optional[str] = None) -> None:
+        self.lease = lease  # the store opening whose runs rows this batch writes
+        self.runs: dict[str, Run] = {}  # the live runs this batch holds rows of (told about notes it adds)
+        self.notes: dict[str, list[str]] = {}  # notes to add to runs rows already in the file (recovery)
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in COLUMNS[t]] for t in COLUMNAR}
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
         self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
         self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
+
+    def merge(self, other: "Batch") -> None:
+        """Take another batch's rows (the journal replays each entry into its own, then merges it)."""
+        for table, rows in other.rows.items():
+            self.rows[table].extend(rows)
+        for table, cols in other.cols.items():
+            for target, values in zip(self.cols[table], cols):
+                target.extend(values)
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
@@ -143,7 +163,7 @@ class Batch:
         if progress.journal == "stage":
             self.finished.append((run.run_id, end_facts(run)))
         else:
-            self.rows["runs"].append(run_row(run))
+            self.rows["runs"].append(run_row(run, self.lease))
         if progress.journal is not None:
             self.journaled.append(run.run_id)
         self.add_part(run, progress.written, None, extra)
@@ -152,6 +172,7 @@ class Batch:
         """The run's record between two marks (None: its start / its end)."""
         s = start or (0, 0, 0, 0, {})
         e = end or mark_of(run)
+        self.runs[run.run_id] = run
         self.add_steps(run.run_id, run.steps[s[0]:e[0]], run.reads[s[1]:e[1]], run.writes[s[2]:e[2]],
                        run.decisions[s[3]:e[3]])
         if extra:
@@ -159,26 +180,56 @@ class Batch:
                 self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
 
     def insert(self, con: Any) -> None:
-        """Insert everything as one transaction of one Arrow batch per table."""
+        """Insert everything as one transaction of one Arrow batch per table; if a value cannot be held,
+        again with every value made storable and each change noted on its run."""
+        try:
+            self._insert(con, None)
+        except BaseException as err:
+            if not is_data_error(err):
+                raise
+            cleaner = Cleaner()
+            self._insert(con, cleaner)
+            for run_id, notes in cleaner.rendered().items():
+                if run_id in self.runs:
+                    self.runs[run_id].notes.extend(notes)
+
+    def _arrow(self, cleaner: Optional[Cleaner]) -> list[tuple[str, pa.Table]]:
+        tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
+        tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
+        out = []
+        for table, columns in tables:
+            cols = COLUMNS[table]
+            if cleaner is None:
+                arrays = [pa.array(values, type=t) for (_, t), values in zip(cols, columns)]
+            else:
+                names = [c for c, _ in cols]
+                run_ids = list(columns[names.index("run_id")])
+                steps = list(columns[names.index("step")]) if "step" in names else None
+                arrays = [cleaner.column(table, c, t, (table, c) in JSON_COLUMNS, list(values), run_ids, steps)
+                          for (c, t), values in zip(cols, columns)]
+            out.append((table, pa.Table.from_arrays(arrays, names=[c for c, _ in cols])))
+        return out
+
+    def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
+        tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         con.execute("BEGIN TRANSACTION")
         try:
-            tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
-            tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
-            for table, columns in tables:
-                cols = COLUMNS[table]
-                arrays = [pa.array(values, type=t) for (_, t), values in zip(cols, columns)]
-                batch = pa.Table.from_arrays(arrays, names=[c for c, _ in cols])
+            for table, batch in tables:
                 con.register("_tracemem_batch", batch)
                 try:
-                    con.execute(f"INSERT INTO {table} ({', '.join(c for c, _ in cols)}) "
+                    con.execute(f"INSERT INTO {table} ({', '.join(batch.column_names)}) "
                                 f"SELECT * FROM _tracemem_batch")
                 finally:
                     con.unregister("_tracemem_batch")
             for run_id, end in self.finished:
                 con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
-                            "query = ?, trace_id = ? WHERE run_id = ?",
+                            "query = ?, trace_id = ?, notes = ? WHERE run_id = ?",
                             [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
-                             end["trace_id"], run_id])
+                             end["trace_id"], end.get("notes"), run_id])
+            added = list(self.notes.items()) + list(cleaner.rendered().items() if cleaner is not None else ())
+            for run_id, notes in added:
+                con.execute("UPDATE runs SET notes = list_concat(coalesce(notes, []::VARCHAR[]), ?::VARCHAR[]) "
+                            "WHERE run_id = ?", [notes, run_id])
             if self.journaled:
                 con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
                             [self.journaled])
@@ -187,5 +238,14 @@ class Batch:
                             "(SELECT unnest(?::INTEGER[]))", [run_id, steps])
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
+
+
+def rollback(con: Any) -> None:
+    """Roll back the open transaction, if DuckDB still has one (a failed COMMIT ends it, and a second
+    error from ROLLBACK would hide the first, e.g. ENOSPC behind "no transaction is active")."""
+    try:
+        con.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the caller raises the error that matters
+        pass

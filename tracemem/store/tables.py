@@ -10,10 +10,10 @@ from typing import Callable
 import duckdb
 
 from ..dbmeta import META_DDL, get_meta, set_meta
-from ..errors import TracememError
+from ..errors import StoreError, TracememError
 from ..memory.tables import MEMORY_DDL
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 7
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -67,7 +67,14 @@ V3_MIGRATION: list[str] = [
        WHERE kind = 'subflow'""",
 ]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION}
+# Version 7 (hardening): which store opening recorded a run (crash recovery tells live runs by it, not by
+# the PID, which a restarted container reuses), and what tracemem had to change or could not store of it.
+V7_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN lease VARCHAR",
+    "ALTER TABLE runs ADD COLUMN notes VARCHAR[]",
+]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 7: V7_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows")
@@ -80,7 +87,7 @@ def create(con: duckdb.DuckDBPyConnection, version: int = SCHEMA_VERSION) -> Non
     for ddl in V1_DDL:
         con.execute(ddl)
     for v in range(2, version + 1):
-        for ddl in MIGRATIONS[v]:
+        for ddl in MIGRATIONS.get(v, ()):  # versions merged from other branches may be absent here
             con.execute(ddl)
     for ddl in MEMORY_DDL:
         con.execute(ddl)
@@ -103,7 +110,15 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         raise TracememError(
             f"{path} is not a tracemem store (it holds tables {shown} but no tracemem_meta format marker); "
             f"point tracemem at another path, e.g. --db agent.duckdb")
-    version = int(get_meta(con, "schema_version") or 0)
+    stored = get_meta(con, "schema_version")
+    try:
+        version = int(stored or 0)
+    except ValueError:
+        raise StoreError(
+            f"{path} has an unreadable schema_version {stored!r} in its tracemem_meta table (a whole number is "
+            f"expected), so tracemem cannot tell how to read it; if it was edited, set it back "
+            f"(UPDATE tracemem_meta SET value = '<version>' WHERE key = 'schema_version'), else restore a backup"
+        ) from None
     if version > SCHEMA_VERSION:
         raise TracememError(
             f"{path} was written by a newer tracemem (schema v{version}; this version reads up to "
@@ -118,7 +133,7 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         con.execute("BEGIN TRANSACTION")
         try:
             for v in range(version + 1, SCHEMA_VERSION + 1):
-                for ddl in MIGRATIONS[v]:
+                for ddl in MIGRATIONS.get(v, ()):
                     con.execute(ddl)
                 log(f"migrated {path} to schema v{v}")
             for ddl in MEMORY_DDL:
