@@ -46,7 +46,8 @@ def depth_of(value: Any, budget: int = 1_000_000) -> tuple[int, bool]:
 def refused(stage: str, path: str, value: Any, err: BaseException) -> ScopeWriteError:
     """The error for a value that cannot be recorded because of its shape."""
     depth, circular = depth_of(value)
-    if circular or "Circular reference" in str(err):
+    circular = circular or "Circular reference" in str(err)
+    if circular:
         reason = ("the value contains itself (a circular reference), which cannot be recorded as JSON; "
                   "write a copy without the cycle")
     else:
@@ -55,7 +56,9 @@ def refused(stage: str, path: str, value: Any, err: BaseException) -> ScopeWrite
             "Python's recursion limit (sys.getrecursionlimit())"
         reason = (f"the value is nested {depth} levels deep; {what} is {limit} "
                   f"(scope values can be nested at most {MAX_DEPTH} levels); flatten it or store it as text")
-    return ScopeWriteError(stage, path, f"<{type(value).__name__} nested {depth} levels>", reason)
+    shown = f"<{type(value).__name__} containing itself>" if circular else \
+        f"<{type(value).__name__} nested {depth} levels>"
+    return ScopeWriteError(stage, path, shown, reason)
 
 
 def surrogate_error(err: BaseException) -> bool:

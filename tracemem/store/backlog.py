@@ -1,13 +1,16 @@
 """The backlog: finished runs waiting for the background writer, bounded so that a producer
 faster than the writer waits instead of piling up runs a crash would lose.
 
-Bounds are in *cost*, an estimate of the writer's work: one unit per row, plus one
-per 64 characters of recorded text (a run writing a 20 kB value costs as much as
-~300 small rows). `flow.run` blocks in `put` while the queued cost would exceed
-`max_cost`; the writer `take`s at most `batch_cost` at a time, so no single insert
-holds the file (or a waiting `flow.run`) for long. Together they bound how long a
-returned run can wait for the disk: that lag is what a SIGKILL can lose, and the
-backlog keeps its maximum (`status()`), which bench/store.py prints.
+Two bounds make `flow.run` wait in `put`: the queued *cost* (an estimate of the
+writer's work: one unit per row, plus one per 64 characters of recorded text, so a
+run writing a 20 kB value costs as much as ~300 small rows) may not exceed
+`max_cost`, which bounds memory; and the oldest run not yet on disk may not be older
+than `max_lag` seconds, which bounds time whatever the writer's speed (on two cores
+a busy producer also starves the writer of the GIL). The writer `take`s at most
+`batch_cost` at a time, so no single insert holds the file (or a waiting `flow.run`)
+for long. A returned run thus waits for the disk about `max_lag` plus one batch at
+most: that lag is what a SIGKILL can lose. The backlog keeps its maximum
+(`status()`), which bench/store.py prints.
 
 Once writing fails because of the file (disk full, I/O error), `failure` is set:
 `put` raises it, so `flow.run` stops accepting runs loudly, while the runs already
@@ -25,8 +28,10 @@ from ..errors import StoreError
 from ..run import Run
 
 MAX_COST = 64_000
-"""Default bound of the queue: ~64k rows, or ~4 MB of recorded text (see bench/store.py for the lag)."""
-BATCH_COST = 16_000
+"""Default bound of the queue's cost: ~64k rows, or ~4 MB of recorded text."""
+MAX_LAG = 0.25
+"""Default bound, in seconds, of how long the oldest returned run may wait for the disk before flow.run waits."""
+BATCH_COST = 4_000
 """Default bound of one batch (a single run larger than this is still written whole, alone)."""
 
 
@@ -62,10 +67,11 @@ class BacklogStatus:
 class Backlog:
     """A FIFO of finished runs, bounded in cost; thread-safe."""
 
-    def __init__(self, max_cost: int = MAX_COST, batch_cost: int = BATCH_COST) -> None:
-        if max_cost < 1 or batch_cost < 1:
-            raise StoreError(f"queue bounds must be >= 1, got max_queue={max_cost}, max_batch={batch_cost}")
-        self.max_cost, self.batch_cost = max_cost, batch_cost
+    def __init__(self, max_cost: int = MAX_COST, batch_cost: int = BATCH_COST, max_lag: float = MAX_LAG) -> None:
+        if max_cost < 1 or batch_cost < 1 or not max_lag > 0:
+            raise StoreError(f"queue bounds must be positive, got max_queue={max_cost}, max_batch={batch_cost}, "
+                             f"max_lag={max_lag}")
+        self.max_cost, self.batch_cost, self.max_lag = max_cost, batch_cost, max_lag
         self.failure: Optional[StoreError] = None  # set while the file cannot be written
         self.closed = False
         self._cv = threading.Condition()
@@ -80,14 +86,13 @@ class Backlog:
         return len(self._items)
 
     def put(self, run: Run, cost: int) -> None:
-        """Queue a finished run; waits while the queue is full (a run costlier than the bound waits for an
-        empty queue); raises the store's failure once writing has failed."""
+        """Queue a finished run; waits while the queue is full or too far behind (a run costlier than the
+        bound waits for an empty queue); raises the store's failure once writing has failed."""
         with self._cv:
-            if self._items and self._cost + cost > self.max_cost and self.failure is None:
+            if self._full(cost) and self.failure is None:
                 self._waits += 1
                 self._cv.notify_all()  # the writer should not sleep out its interval now
-                while self._items and self._cost + cost > self.max_cost and self.failure is None \
-                        and not self.closed:
+                while self._full(cost) and self.failure is None and not self.closed:
                     self._cv.wait(0.5)
             if self.failure is not None:
                 raise self.failure
@@ -100,6 +105,13 @@ class Backlog:
                 self._peak_cost = self._cost
             if self._cost >= self.batch_cost:
                 self._cv.notify_all()
+
+    def _full(self, cost: int) -> bool:
+        items = self._items
+        if items and self._cost + cost > self.max_cost:
+            return True
+        oldest = self._taken_since if self._taken_since is not None else items[0][2] if items else None
+        return oldest is not None and time.monotonic() - oldest > self.max_lag
 
     def take(self, upto: Optional[int] = None) -> list[Run]:
         """The oldest runs (queued no later than sequence number `upto`), up to one batch's cost (at least
@@ -139,10 +151,11 @@ class Backlog:
             self._cv.notify_all()
 
     def wait_for_work(self, interval: float) -> bool:
-        """For the writer thread: sleep up to `interval` unless a batch's worth is queued (or, after a
-        failure, the full interval); False once closed."""
+        """For the writer thread: sleep up to `interval` unless a batch's worth is queued or a producer
+        waits (after a failure: the full interval); False once closed."""
         with self._cv:
-            if not self.closed and (self.failure is not None or self._cost < self.batch_cost):
+            if not self.closed and (self.failure is not None or (self._cost < self.batch_cost
+                                                                  and not self._full(0))):
                 self._cv.wait(interval)
             return not self.closed
 

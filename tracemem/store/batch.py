@@ -222,12 +222,17 @@ class Batch:
                 finally:
                     con.unregister("_tracemem_batch")
             for run_id, end in self.finished:
-                con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
-                            "query = ?, trace_id = ?, notes = ? WHERE run_id = ?",
-                            [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
-                             end["trace_id"], end.get("notes"), run_id])
+                values = [end["status"], end["error"], end["output"], end["query"], end.get("notes")]
+                if cleaner is not None:
+                    values = [cleaner.one(run_id, f"runs.{c}", fix, v) for c, fix, v in zip(
+                        ("status", "error", "output", "query", "notes"), ("text", "text", "json", "text", "texts"),
+                        values)]
+                con.execute("UPDATE runs SET status = ?, error = ?, output = ?, query = ?, notes = ?, "
+                            "ended_at = make_timestamp_ns(?), trace_id = ? WHERE run_id = ?",
+                            values + [end["ended_at"], end["trace_id"], run_id])
             added = list(self.notes.items()) + list(cleaner.rendered().items() if cleaner is not None else ())
             for run_id, notes in added:
+                notes = [n.encode("utf-8", "backslashreplace").decode("utf-8") for n in notes]
                 con.execute("UPDATE runs SET notes = list_concat(coalesce(notes, []::VARCHAR[]), ?::VARCHAR[]) "
                             "WHERE run_id = ?", [notes, run_id])
             if self.journaled:

@@ -71,6 +71,13 @@ class Cleaner:
             out[run_id] = lines
         return out
 
+    def one(self, run_id: str, where: str, fix: str, value: Any) -> Any:
+        """One value bound as a statement parameter (`fix`: "text", "json" or "texts"), made storable."""
+        fixed, problem = {"text": _fix_text, "json": _fix_json, "texts": _fix_text_list}[fix](value)
+        if problem is not None:
+            self.note(run_id, f"{where}: {problem}")
+        return fixed
+
     def column(self, table: str, name: str, kind: pa.DataType, is_json: bool, values: list[Any],
                run_ids: list[Any], steps: Optional[list[Any]]) -> pa.Array:
         """The column as an Arrow array, each value made storable (and noted) where it was not."""

@@ -36,7 +36,7 @@ from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..times import utc_naive
 from .load import load_run, thread
-from .backlog import BATCH_COST, MAX_COST
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG
 from .diagnose import open_error
 from .opening import connect, recover_dead_runs
 from .registry import caller, open_stores
@@ -55,7 +55,7 @@ class Store:
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
                  snapshot_if_locked: bool = False, block_size: int = 16384,
                  log: Callable[[str], None] = lambda message: None, max_queue: int = MAX_COST,
-                 max_batch: int = BATCH_COST) -> None:
+                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
@@ -83,7 +83,7 @@ class Store:
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
         self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added, self.lease, max_queue, max_batch)
+                             self.snapshots.added, self.lease, max_queue, max_batch, max_lag)
         # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         atexit.register(_close_at_exit, weakref.ref(self))

@@ -28,7 +28,7 @@ from ..errors import StoreError, TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
-from .backlog import BATCH_COST, MAX_COST, Backlog, cost_of
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
 from .journal import end_entry, run_entry, step_entry
@@ -42,7 +42,7 @@ class Writer:
 
     def __init__(self, con: Any, lock: Any, path: str, flush_interval: float, snapshot_embedder: Any,
                  on_embeddings: Callable[[list[tuple]], None], lease: Optional[str] = None,
-                 max_queue: int = MAX_COST, max_batch: int = BATCH_COST) -> None:
+                 max_queue: int = MAX_COST, max_batch: int = BATCH_COST, max_lag: float = MAX_LAG) -> None:
         self.con = con
         self.lock = lock
         self.path = path
@@ -52,7 +52,7 @@ class Writer:
         self.lease = lease  # this opening of the file, recorded on every runs row (see opening.recover_dead_runs)
         self.progress: dict[str, Progress] = {}  # journaled runs not yet moved whole into the tables
         self.inflight: dict[str, Run] = {}  # durability "stage" runs still running
-        self.backlog = Backlog(max_queue, max_batch)
+        self.backlog = Backlog(max_queue, max_batch, max_lag)
         self.errors: list[BaseException] = []
         self._drain_lock = threading.Lock()
         self._start_lock = threading.Lock()
