@@ -25,7 +25,7 @@ import hmac
 import json
 import os
 import urllib.parse
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Collection, Iterable, Mapping, Optional
 
 from .record import Decision, Step, Write
 
@@ -109,10 +109,15 @@ class Masker:
         return value
 
 
-def run_masker(secret_fields: Iterable[str], data: Mapping[str, Any], extra: Iterable[str],
+NO_SECRETS = Masker(())
+
+
+def run_masker(secret_fields: Collection[str], data: Mapping[str, Any], extra: Collection[str],
                overlay: Optional[Mapping[str, Any]] = None) -> Masker:
     """The masker of a run: its secret fields' values (committed, and written by the step in flight) and
     the model credentials it met (empty when there is nothing to mask)."""
+    if not secret_fields and not extra:
+        return NO_SECRETS
     fields = list(secret_fields)
     values = [data.get(name) for name in fields] + list(extra)
     if overlay:

@@ -197,11 +197,11 @@ class Execution:
         call = fn or spec.fn
         view = self.program.view_class(rec)
         ctx = spec.takes_ctx and StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store)
-        invoke = (lambda: call(view, ctx)) if ctx else (lambda: call(view))  # noqa: E731
         if spec.timeout is not None:  # an abandoned sync stage keeps writing into `rec`, which is then dropped
-            return await call_with_timeout(invoke, spec.id, spec.timeout, spec.is_async, self.async_mode,
+            return await call_with_timeout((lambda: call(view, ctx)) if ctx else (lambda: call(view)), spec.id,
+                                           spec.timeout, spec.is_async, self.async_mode,
                                            lambda: setattr(begun, "rec", detached(rec)))
-        result = invoke()
+        result = call(view, ctx) if ctx else call(view)
         if spec.is_async:
             result = await result
         return result

@@ -115,7 +115,12 @@ class StepRecorder:
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
         except RecursionError as err:
             raise refused(self.stage, name, value, err) from None
-        value, dumped = self._stored(name, name, value, schema.rebuilt(name))
+        try:
+            if type(value) not in SCALARS and not schema.rebuilt(name):
+                value = _owned(value)
+            dumped = schema.dump(name, value, self.state.salt)
+        except (RecursionError, PydanticSerializationError, UnicodeError) as err:
+            dumped = self._unstorable(name, name, value, err)
         self.seq += 1
         self.writes.append(Write(self.step, self.seq, name, "set", dumped))
         self.ops.append(((name,), "set", value))
@@ -139,7 +144,12 @@ class StepRecorder:
                 raise ScopeWriteError(self.stage, where, shown, short_error(err)) from None
             except RecursionError as err:
                 raise refused(self.stage, where, raw, err) from None
-            value, dumped = self._stored(path[0], where, value, rebuilt)
+            try:
+                if type(value) not in SCALARS and not rebuilt:
+                    value = _owned(value)
+                dumped = schema.dump(path[0], value, self.state.salt)
+            except (RecursionError, PydanticSerializationError, UnicodeError) as err:
+                dumped = self._unstorable(path[0], where, value, err)
         root = path[0]
         proxy = self.proxies.get(root)
         if proxy is None:
@@ -155,19 +165,14 @@ class StepRecorder:
         self.own[root] = self.seq
         return value
 
-    def _stored(self, root: str, path: str, value: Any, rebuilt: bool) -> tuple[Any, str]:
-        """The scope's own copy of a written value and its JSON. Text UTF-8 cannot hold is stored escaped
-        (and the step's logs say so); a value that contains itself or nests too deeply raises a
-        ScopeWriteError naming the field and the limit (scope/unwritable.py)."""
+    def _unstorable(self, root: str, path: str, value: Any, err: BaseException) -> str:
+        """A written value pydantic could not dump: text UTF-8 cannot hold is stored escaped (and the step's
+        logs say so); a value that contains itself or nests too deeply raises a ScopeWriteError naming the
+        field and the limit (scope/unwritable.py)."""
+        if not surrogate_error(err):
+            raise refused(self.stage, path, value, err) from None
         schema, salt = self.state.schema, self.state.salt
-        try:
-            if type(value) not in SCALARS and not rebuilt:
-                value = _owned(value)
-            return value, schema.dump(root, value, salt)
-        except (RecursionError, PydanticSerializationError, UnicodeError) as err:
-            if not surrogate_error(err):
-                raise refused(self.stage, path, value, err) from None
-            return value, dump_escaped(lambda v: schema.dump(root, v, salt), value, path, self.logs)
+        return dump_escaped(lambda v: schema.dump(root, v, salt), value, path, self.logs)
 
     def commit(self) -> None:
         """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""

@@ -132,6 +132,11 @@ class ScopeSchema:
     def dump_scope(self, data: dict[str, Any], salt: bytes, notes: Optional[list[str]] = None) -> str:
         """JSON text of scope data (all fields present in `data`, in model order). With `notes`, text that
         UTF-8 cannot hold is escaped and noted there (else it raises)."""
+        try:
+            return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields if k in data) + "}"
+        except (PydanticSerializationError, UnicodeError, RecursionError):
+            if notes is None:
+                raise
         return "{" + ",".join(f"{json.dumps(k)}:{self._dump_field(k, data[k], salt, notes)}"
                               for k in self.fields if k in data) + "}"
 

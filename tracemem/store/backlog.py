@@ -1,15 +1,16 @@
 """The backlog: finished runs waiting for the background writer, bounded so that a producer
 faster than the writer waits instead of piling up runs a crash would lose.
 
-Two bounds make `flow.run` wait in `put`: the queued *cost* (an estimate of the
-writer's work: one unit per row, plus one per 64 characters of recorded text, so a
-run writing a 20 kB value costs as much as ~300 small rows) may not exceed
-`max_cost`, which bounds memory; and the oldest run not yet on disk may not be older
-than `max_lag` seconds, which bounds time whatever the writer's speed (on two cores
-a busy producer also starves the writer of the GIL). The writer `take`s at most
-`batch_cost` at a time, so no single insert holds the file (or a waiting `flow.run`)
-for long. A returned run thus waits for the disk about `max_lag` plus one batch at
-most: that lag is what a SIGKILL can lose. The backlog keeps its maximum
+`flow.run` waits in `put` while the queue is full. Its bound is in *cost*, an
+estimate of the writer's work: one unit per row, plus one per 64 characters of
+recorded text (a run writing a 20 kB value costs as much as ~300 small rows). The
+bound is the smaller of `max_cost` (memory) and what the writer can write in
+`max_lag` seconds at the rate it has been writing (time: a slow disk, or producers
+starving the writer of the GIL, shrink it; never below one batch). The oldest run
+not yet on disk may not be older than `max_lag` either. The writer `take`s at most
+`batch_cost` at a time, so no single insert holds the file (or a waiting
+`flow.run`) for long. A returned run thus waits for the disk about `max_lag` plus a
+batch or two: that lag is what a SIGKILL can lose. The backlog keeps its maximum
 (`status()`), which bench/store.py prints.
 
 Once writing fails because of the file (disk full, I/O error), `failure` is set:
@@ -79,6 +80,9 @@ class Backlog:
         self._cost = 0
         self.seq = 0  # the sequence number of the last run queued
         self._taken_since: Optional[float] = None  # enqueue time of the oldest run being written
+        self._taken_at, self._taken_cost = 0.0, 0  # when the batch being written was taken, and its cost
+        self._rate: Optional[float] = None  # cost units the writer writes per second (moving average)
+        self._last_written: Optional[float] = None  # when the last batch was written, if runs were left queued
         self._peak_runs = self._peak_cost = self._waits = 0
         self._peak_lag = 0.0
 
@@ -108,7 +112,9 @@ class Backlog:
 
     def _full(self, cost: int) -> bool:
         items = self._items
-        if items and self._cost + cost > self.max_cost:
+        rate_bound = 4 * self.batch_cost if self._rate is None else int(self._rate * self.max_lag)
+        bound = min(self.max_cost, max(self.batch_cost, rate_bound))  # until measured: four batches
+        if items and self._cost + cost > bound:
             return True
         oldest = self._taken_since if self._taken_since is not None else items[0][2] if items else None
         return oldest is not None and time.monotonic() - oldest > self.max_lag
@@ -128,13 +134,22 @@ class Backlog:
                 runs.append(run)
                 cost += c
             self._cost -= cost
+            self._taken_at, self._taken_cost = time.monotonic(), cost
             return runs
 
     def written(self) -> None:
         """The runs last taken are on disk: make room for waiting producers."""
         with self._cv:
+            now = time.monotonic()
             if self._taken_since is not None:
-                self._peak_lag = max(self._peak_lag, time.monotonic() - self._taken_since)
+                self._peak_lag = max(self._peak_lag, now - self._taken_since)
+            # the rate the queue drains at: from the previous batch's end when the writer went straight on
+            # (the time between batches counts: producers take the GIL there), else from this batch's start
+            start = self._last_written if self._last_written is not None else self._taken_at
+            if self._taken_cost and now > start:
+                rate = self._taken_cost / (now - start)
+                self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+            self._last_written = now if self._items else None
             self._taken_since = None
             self.failure = None
             self._cv.notify_all()
