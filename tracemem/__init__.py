@@ -28,7 +28,7 @@ flowchart LR
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
 from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, RunFailed, ScopeReadError,
-                     ScopeWriteError, StageError, TracememError, UsageError)
+                     ScopeWriteError, StageError, StageTimeout, StoreError, TracememError, UsageError)
 from .flow.context import StageContext
 from .flow.decide import decide
 from .flow.pipeline import Flow, Pipeline
@@ -37,6 +37,6 @@ from .run import Run
 
 __all__ = [
     "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
-    "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext", "StageError", "Step",
-    "TracememError", "UsageError", "Write", "decide",
+    "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext", "StageError", "StageTimeout", "Step",
+    "StoreError", "TracememError", "UsageError", "Write", "decide",
 ]

@@ -99,7 +99,7 @@ class Backlog:
                 while self._full(cost) and self.failure is None and not self.closed:
                     self._cv.wait(0.5)
             if self.failure is not None:
-                raise self.failure
+                raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
             self._items.append((run, cost, time.monotonic(), self.seq))
             self._cost += cost

@@ -20,7 +20,8 @@ from ..errors import StoreError
 
 _DATA_ERRORS = (pa.ArrowException, UnicodeError, OverflowError, TypeError, ValueError, duckdb.DataError,
                 duckdb.InvalidInputException, duckdb.IntegrityError)
-_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device": the OS's text, which DuckDB passes on
+_DISK_FULL = os.strerror(errno.ENOSPC)
+_FILE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}  # "No space left on device": the OS's text, which DuckDB passes on
 
 
 def _without(text: str, path: Optional[str]) -> str:
@@ -40,9 +41,9 @@ def storage_failure(err: BaseException) -> Optional[str]:
     text = str(err)
     if _DISK_FULL in text or (isinstance(err, OSError) and err.errno == errno.ENOSPC):
         return f"the disk is full (ENOSPC: {first_line(err)})"
-    if isinstance(err, (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException, OSError,
-                        MemoryError)):
-        return f"{type(err).__name__}: {first_line(err)}"
+    if isinstance(err, (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException)) or (
+            isinstance(err, OSError) and err.errno in _FILE_ERRNOS):  # not any OSError: a network embedder's
+        return f"{type(err).__name__}: {first_line(err)}"                # ConnectionError is about the run
     if isinstance(err, duckdb.TransactionException) and "Failed to commit" in text:
         return f"the commit failed: {first_line(err)}"
     if isinstance(err, duckdb.Error) and "database has been invalidated" in text:

@@ -22,6 +22,7 @@ error) stops the store accepting runs, loudly, until a retry succeeds.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from ..errors import StoreError, TracememError
@@ -71,7 +72,7 @@ class Writer:
         """Raise the store's failure if the file could not be written (flow.run stops accepting runs)."""
         failure = self.backlog.failure
         if failure is not None:
-            raise failure
+            raise StoreError(str(failure)) from failure.__cause__
 
     def _failed(self, err: BaseException, what: str) -> StoreError:
         """A failure of the file itself: remembered (so the store stops accepting runs) and returned."""
@@ -125,6 +126,7 @@ class Writer:
                 self.drain()
             except BaseException as err:  # noqa: BLE001 - the thread must live on; flush() reports it
                 self.errors.append(err)
+                time.sleep(0.1)  # never spin on a failure that repeats
 
     def drain(self) -> None:
         """Write every run queued so far, in bounded batches (run by run where a batch fails)."""
