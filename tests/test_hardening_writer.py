@@ -232,19 +232,24 @@ def test_flow_run_waits_when_the_queue_is_full_and_batches_are_bounded(tmp_path)
 
 
 def test_a_batch_never_takes_more_than_its_bound():
-    backlog = Backlog(max_cost=10**9, batch_cost=100)
+    backlog = Backlog(max_cost=10**9, batch_cost=100, max_lag=3600)
     flow = Pipeline("five", Five).then(five).build()
-    runs = [flow.run({}) for _ in range(10)]
-    for run, cost in zip(runs, (60, 30, 30, 500, 10, 10, 10, 10, 10, 10)):
-        backlog.put(run, cost)
-    batches = []
-    while True:
-        taken = backlog.take()
-        if not taken:
-            break
-        batches.append(len(taken))
-        backlog.written()
-    assert batches == [2, 1, 1, 6]  # 60+30, 30, a 500 alone (a run is never split), then 6×10
+    runs = iter([flow.run({}) for _ in range(10)])
+
+    def batches() -> list[list[int]]:
+        out = []
+        while True:
+            taken = backlog.take()
+            if not taken:
+                return out
+            out.append(len(taken))
+            backlog.written()
+
+    for cost in (60, 30, 30, 10, 10, 10, 10, 10, 10):
+        backlog.put(next(runs), cost)
+    assert batches() == [2, 7]  # 60+30, then 30+6×10: never over 100
+    backlog.put(next(runs), 500)
+    assert batches() == [1]  # a run costlier than a batch is written whole, alone (a run is never split)
 
 
 SLOW_PRODUCER = """
