@@ -32,7 +32,7 @@ MAX_COST = 64_000
 """Default bound of the queue's cost: ~64k rows, or ~4 MB of recorded text."""
 MAX_LAG = 0.25
 """Default bound, in seconds, of how long the oldest returned run may wait for the disk before flow.run waits."""
-BATCH_COST = 4_000
+BATCH_COST = 32_000
 """Default bound of one batch (a single run larger than this is still written whole, alone)."""
 
 
