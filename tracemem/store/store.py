@@ -8,7 +8,9 @@ prompt section and memory — the facade over opening, writing, loading and rete
 Concurrency: any number of threads of one process may run flows into one Store.
 DuckDB lets one process write a file at a time; a second process opening it gets
 `StoreLockedError` naming the holder, or — with `read_only=True,
-snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
+snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it. A second
+writing Store on the same file in the same process is refused too (store/registry.py):
+share the first one.
 """
 from __future__ import annotations
 
@@ -25,21 +27,26 @@ import duckdb
 from pydantic import BaseModel
 
 from ..dbmeta import get_meta, set_meta
-from ..errors import TracememError
+from ..errors import StoreError, TracememError
+from ..ids import new_id
+from ..masking import hash_key
 from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-
 from .affected import AffectedReport, affected
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG
 from .blame import BlameReport, blame
 from .claims import claim, release
+from .diagnose import open_error
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .listing import list_runs
 from .load import load_run, load_runs, thread
 from .opening import connect, recover_dead_runs
+from .registry import caller, open_stores
 from .retention import PruneReport, export, prune, pruned_at
+from .signals import install_sigterm_flush
 from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
 from .tables import INDEX_FROM, index, open_schema
@@ -53,8 +60,9 @@ class Store:
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
-                 snapshot_if_locked: bool = False,
-                 block_size: int = 16384, log: Callable[[str], None] = lambda message: None) -> None:
+                 snapshot_if_locked: bool = False, block_size: int = 16384,
+                 log: Callable[[str], None] = lambda message: None, max_queue: int = MAX_COST,
+                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
@@ -63,27 +71,17 @@ class Store:
         self.snapshot_note = ""
         self.lock = threading.RLock()
         self.block_size = block_size  # for new files: 16 KiB keeps a small agent's file small
-        opened = connect(self.path, read_only, block_size, snapshot_if_locked)
-        self.con = opened.con
-        self._snapshot_dir: Optional[str] = None
-        if opened.snapshot_of:
-            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
-            self._snapshot_dir = os.path.dirname(opened.path)
-            # removed by close(); if setup fails or close() is never called, when this Store goes (or at exit)
-            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
-        self._local = threading.local()
-        self._closed = False
-        with self.lock:
-            open_schema(self.con, self.path, self.read_only or self.snapshot_of is not None, log)
-            salt = get_meta(self.con, "secret_salt")
-            if salt is None and not self.read_only:
-                salt = os.urandom(16).hex()
-                set_meta(self.con, "secret_salt", salt)
-            self.salt = bytes.fromhex(salt or "00")
-            # runs left 'running' by a process that is gone: their journal is replayed, and those that
-            # never ended are marked interrupted
-            self.interrupted = [] if self.read_only else recover_dead_runs(self.con)
-            self.indexed = False if self.read_only else index(self.con, log)
+        self.lease = new_id()  # this opening of the file: recorded on the runs it writes
+        self.closed = False
+        self._claim: Optional[str] = None
+        if not read_only and self.path != ":memory:":  # one writing Store per file per process
+            self._claim = open_stores.claim(self.path, caller())
+        try:
+            self._open(read_only, snapshot_if_locked, log)
+        except BaseException:
+            if self._claim is not None:
+                open_stores.release(self._claim)
+            raise
         self.memory = self._open_memory(embedder)
         if snapshot_embedder == "default":
             from ..memory import HashingEmbedder
@@ -95,10 +93,51 @@ class Store:
         self.log = log
         self._written = 0  # runs written since the store last checked whether it is big enough to index
         self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added, self.threads.recorded, self._grown)
+                             self.snapshots.added, self.lease, max_queue, max_batch, max_lag,
+                             on_end=self.threads.recorded, on_written=self._grown)
         # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         atexit.register(_close_at_exit, weakref.ref(self))
+        if self._claim is not None:
+            open_stores.attach(self._claim, self)
+            if not open_stores.sigterm_installed:  # SIGTERM flushes queued runs, as exit does
+                open_stores.sigterm_installed = install_sigterm_flush(open_stores.flush_all)
+
+    def _open(self, read_only: bool, snapshot_if_locked: bool, log: Callable[[str], None]) -> None:
+        """Connect, check (or create, or migrate) the schema and recover runs a dead process left running."""
+        opened = connect(self.path, read_only, self.block_size, snapshot_if_locked)
+        self.con = opened.con
+        self._snapshot_dir: Optional[str] = None
+        if opened.snapshot_of:
+            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
+            self._snapshot_dir = os.path.dirname(opened.path)
+            # removed by close(); if setup fails or close() is never called, when this Store goes (or at exit)
+            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
+        self._local = threading.local()
+        try:
+            with self.lock:
+                open_schema(self.con, self.path, self.read_only or self.snapshot_of is not None, log)
+                salt = get_meta(self.con, "secret_salt")
+                if salt is None and not self.read_only:
+                    salt = os.urandom(16).hex()
+                    set_meta(self.con, "secret_salt", salt)
+                try:
+                    self.salt = hash_key(bytes.fromhex(salt or "00"))  # see tracemem/masking.py
+                except ValueError:
+                    raise StoreError(f"{self.path} has an unreadable secret_salt in tracemem_meta (hex expected); "
+                                     f"restore it from a backup, or delete the row to start a new salt (hashes of "
+                                     f"secrets recorded so far then no longer match new ones)") from None
+                # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
+                # journal is replayed, and those that never ended are marked interrupted
+                self.interrupted = [] if self.read_only else recover_dead_runs(self.con, frozenset({self.lease}),
+                                                                               log)
+                self.indexed = False if self.read_only else index(self.con, log)
+        except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
+            self.con.close()
+            raise open_error(err, opened.snapshot_of or self.path) from None
+        except BaseException:
+            self.con.close()
+            raise
 
     def __repr__(self) -> str:
         return f"<Store {self.path}{' (snapshot)' if self.snapshot_of else ''}>"
@@ -151,9 +190,9 @@ class Store:
 
     def close(self) -> None:
         """Write every queued run, stop the writer and close the file."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         try:
             self.writer.flush()
         finally:
@@ -163,6 +202,8 @@ class Store:
                     self.memory.close()  # writes the memory index files beside the DuckDB file
                 finally:
                     self.con.close()
+            if self._claim is not None:
+                open_stores.release(self._claim, self)
             if self.user_sql is not None:
                 self.user_sql.close()
             if self._snapshot_dir is not None:
