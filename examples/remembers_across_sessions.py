@@ -85,11 +85,11 @@ def main() -> None:
 
         with Store(path) as store:
             print("\nWhat the store remembers about Ravi (history kept):")
-            for m in store.memory.list(SUBJECT):
+            for m in store.memory.records(SUBJECT):
                 link = f" → superseded by {m.superseded_by}" if m.superseded_by else ""
                 print(f"  {m.memory_id}  {m.text!r:52} conf {m.confidence:g}  {m.review_state:12} "
                       f"turn {m.source_ref}{link}")
-            moved = [m for m in store.memory.list(SUBJECT) if m.text.endswith("Porto")][0]
+            moved = [m for m in store.memory.records(SUBJECT) if m.text.endswith("Porto")][0]
             print(f"\nHistory of {moved.memory_id}:")
             for event in store.memory.history(moved.memory_id):
                 print(f"  {event.event:10} {event.reason or ''}")

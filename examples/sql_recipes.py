@@ -61,7 +61,7 @@ def fill(store: Store) -> None:
         for question in questions:
             flow.run({"question": question}, store=store, subject=subject, env={"model": model},
                      raise_on_error=False)
-    wrong = store.memory.list("cust-1")[1]  # "refund window is 90 days": the policy says 30
+    wrong = store.memory.records("cust-1")[1]  # "refund window is 90 days": the policy says 30
     store.memory.flag(wrong.memory_id, "contradicted", "policy is 30 days for every plan")
     # asked again after the flag: recall leaves the memory out, and says so
     flow.run({"question": "How long is my refund window?"}, store=store, subject="cust-1", env={"model": model})

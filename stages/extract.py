@@ -139,7 +139,7 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
         except ValidationError as err:
             raise TracememError(f"extraction reply does not match the schema: {err.errors()[0]['msg']} "
                                 f"at {err.errors()[0]['loc']}") from None
-        live = store.memory.list(subject)
+        live = store.memory.records(subject)
         by_norm = {_norm(r.text): r for r in live if not r.flagged}  # a contradicted record is no duplicate
         turn = str(getattr(scope, turn_from) or "") if turn_from else ""
         for fact in parsed.facts:

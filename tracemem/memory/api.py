@@ -304,9 +304,9 @@ class Memory:
         return [MemoryEvent(event_id=r[0], memory_id=r[1], event=r[2], old=json.loads(r[3]) if r[3] else None,
                             new=json.loads(r[4]) if r[4] else None, run_id=r[5], at=r[6], reason=r[7]) for r in rows]
 
-    def list(self, subject: str, *, include_forgotten: bool = False, review_states: Sequence[str] | None = None,
-             tag: str | None = None, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
-        """The subject's records, oldest first; forgotten ones only on request."""
+    def records(self, subject: str, *, include_forgotten: bool = False, review_states: Sequence[str] | None = None,
+                tag: str | None = None, limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
+        """The subject's records, oldest first; forgotten ones only on request (`list` is the old name)."""
         where, params = ["subject = ?"], [check_subject(subject)]
         if not include_forgotten:
             where.append("deleted_at IS NULL")
@@ -393,3 +393,5 @@ class Memory:
             scan=scan, scan_recall=scan_recall, records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
             excluded_flagged=ranking.counts["flagged"], excluded_below_floor=ranking.counts["below_floor"],
             excluded_out_of_window=ranking.counts["out_of_window"]))
+
+    list = records  # the name before `records`; kept so existing callers work (it shadows the builtin only here)

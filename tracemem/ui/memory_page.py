@@ -39,7 +39,7 @@ def memories(request: Request) -> Response:
             subject = subjects[0]["subject"]
         records, uses = [], {}
         if subject:
-            records = store.memory.list(subject, include_forgotten=everything)
+            records = store.memory.records(subject, include_forgotten=everything)
             uses = {r["memory_id"]: (r["injected"], r["excluded"]) for r in rows(
                 store, "SELECT u.memory_id, count(*) FILTER (WHERE u.outcome = 'injected') AS injected, "
                 "count(*) FILTER (WHERE u.outcome <> 'injected') AS excluded FROM memory_uses u "
