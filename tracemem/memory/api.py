@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 from ..ids import new_id as _new_id
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import duckdb
@@ -27,7 +27,9 @@ from .index import Shard, VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
                       check_subject, check_window, to_utc_naive)
 from .search import Exclusion, SearchResult, rank_shard, scored_records
-from .tables import MEMORY_COLUMNS, MEMORY_DDL, META_DDL
+from ..dbmeta import META_DDL
+from ..times import utc_now
+from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
 __all__ = ["Memory", "DEFAULT_FLOOR"]
 
@@ -35,8 +37,7 @@ DEFAULT_FLOOR = 60
 _DEFAULT: Any = object()
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+_utcnow = utc_now
 
 
 def _row(rec: MemoryRecord) -> tuple[Any, ...]:

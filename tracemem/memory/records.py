@@ -7,11 +7,12 @@ raises the same clear `MemoryInputError`.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..times import utc_naive
 from .errors import MemoryInputError
 
 __all__ = [
@@ -95,9 +96,7 @@ def to_utc_naive(value: datetime | None, field: str) -> datetime | None:
         return None
     if not isinstance(value, datetime):
         raise MemoryInputError(f"{field} must be a datetime or None, got {type(value).__name__} {value!r}")
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
+    return utc_naive(value)
 
 
 def _check_text(text: Any) -> str:

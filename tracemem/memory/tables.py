@@ -7,14 +7,11 @@ are recorded in `tracemem_meta` under `memory.dim` and `memory.embedder_id`.
 
 from __future__ import annotations
 
-__all__ = ["MEMORY_DDL", "META_DDL", "MEMORY_COLUMNS", "META_EMBEDDER_ID", "META_DIM"]
+__all__ = ["MEMORY_DDL", "MEMORY_COLUMNS", "META_EMBEDDER_ID", "META_DIM"]
 
 META_EMBEDDER_ID = "memory.embedder_id"
 META_DIM = "memory.dim"
 
-# The store creates this in every file; repeated here (IF NOT EXISTS) so the
-# memory can run on a bare connection in tests.
-META_DDL = "CREATE TABLE IF NOT EXISTS tracemem_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
 
 MEMORY_DDL: list[str] = [
     """CREATE TABLE IF NOT EXISTS memories (
