@@ -16,14 +16,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import duckdb
 import numpy as np
 
-from . import binding, sql
+from . import binding, shared, sql
 from .embedders import Embedder, HashingEmbedder
 from .errors import EmbedderMismatchError, MemoryInputError, MemoryNotFoundError
 from .index import VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
                       check_subject, check_window, to_utc_naive)
 from .search import Exclusion, ScoredRecord, SearchResult, rank_shard
-from .tables import MEMORY_COLUMNS, MEMORY_DDL, META_DDL
+from .tables import MEMORY_COLUMNS
 
 __all__ = ["Memory", "DEFAULT_FLOOR"]
 
@@ -48,7 +48,7 @@ class Memory:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock | None = None, *,
                  embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
-                 clock: Callable[[], datetime] | None = None, read_only: bool = False) -> None:
+                 clock: Callable[[], datetime] | None = None, read_only: bool = False, sql_ops: Any = None) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
@@ -57,10 +57,11 @@ class Memory:
         self.floor = float(floor)
         self._clock = clock or _utcnow
         self._index: VectorIndex | None = None
+        self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's own (PostgreSQL: store/pg/memory_sql.py)
+        self._seen = 0  # SHARED stores: the last memory_events row this process applied (memory/shared.py)
         with self.lock:
             if not read_only:  # DuckDB refuses even CREATE ... IF NOT EXISTS on a read-only file
-                for stmt in [META_DDL, *MEMORY_DDL]:  # no-ops when the store already ran them
-                    con.execute(stmt)
+                self.sql.ensure_tables(con)  # no-ops when the store already created them
             binding.check_store_embedder(con, self.embedder)
 
     def reembed(self, embedder: Embedder) -> int:
@@ -68,7 +69,7 @@ class Memory:
         with self.lock:
             if embedder is None:
                 raise MemoryInputError("reembed() needs an embedder")
-            n = binding.reembed_all(self.con, embedder)
+            n = binding.reembed_all(self.con, embedder, ops=self.sql)
             self.embedder = embedder
             self.rebuild_index()
             return n
@@ -77,7 +78,9 @@ class Memory:
     def rebuild_index(self) -> int:
         """Reload the in-process index from DuckDB (embedding any record stored without a vector)."""
         with self.lock:
-            recs, vecs = sql.load_live(self.con)
+            if self.sql.SHARED:
+                self._seen = self.sql.last_event(self.con)  # changes from here on are caught up later
+            recs, vecs = self.sql.load_live(self.con)
             dim = self.embedder.dim if self.embedder else None
             matrix = None
             if dim is not None:
@@ -94,8 +97,8 @@ class Memory:
                     new = binding.embed(self.embedder, [recs[i][2] for i in missing])
                     assert new is not None
                     matrix[missing] = new
-                    with sql.transaction(self.con):
-                        sql.write_embeddings(self.con, [recs[i][0] for i in missing], new, self.embedder.embedder_id)
+                    with self.sql.transaction(self.con):
+                        self.sql.write_embeddings(self.con, [recs[i][0] for i in missing], new, self.embedder.embedder_id)
                         binding.bind(self.con, self.embedder)
                     idx = MEMORY_COLUMNS.index("embedder_id")
                     for i in missing:
@@ -156,9 +159,9 @@ class Memory:
         rows = [_row(r) for r in recs]
         with self.lock:
             index = self._loaded()
-            with sql.transaction(self.con):
-                sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
-                sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
+            with self.sql.transaction(self.con):
+                self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
+                self.sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
                                              for r in recs])
                 if vecs is not None:
                     binding.bind(self.con, self.embedder)
@@ -190,9 +193,9 @@ class Memory:
                 new = new.model_copy(update={"embedder_id": self.embedder.embedder_id})
             index = self._loaded()
             oldv, newv = old.audit_view(), new.audit_view()
-            with sql.transaction(self.con):
-                sql.update_record(self.con, memory_id, db_fields)
-                sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
+            with self.sql.transaction(self.con):
+                self.sql.update_record(self.con, memory_id, db_fields)
+                self.sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
                                               {k: newv[k] for k in changed}, run_id, now, reason), *extra_events])
             if new.forgotten:
                 index.retire(new.subject, memory_id)
@@ -253,19 +256,19 @@ class Memory:
             old = self.get(memory_id)
             now = to_utc_naive(self._clock(), "clock()")
             index = self._loaded()
-            with sql.transaction(self.con):
+            with self.sql.transaction(self.con):
                 self.con.execute("DELETE FROM memories WHERE memory_id = ?", [memory_id])
                 self.con.execute("UPDATE memory_events SET old = CASE WHEN old IS NULL THEN NULL ELSE '{\"purged\": true}' END, "
                                  "new = CASE WHEN new IS NULL THEN NULL ELSE '{\"purged\": true}' END "
                                  "WHERE memory_id = ? AND event NOT IN ('supersedes')", [memory_id])
-                sql.insert_events(self.con, [(memory_id, "purge", None, None, run_id, now, reason)])
+                self.sql.insert_events(self.con, [(memory_id, "purge", None, None, run_id, now, reason)])
             index.retire(old.subject, memory_id)
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, memory_id: str) -> MemoryRecord:
         """The record, forgotten or not; MemoryNotFoundError if it never existed or was purged."""
         with self.lock:
-            rows = sql.fetch_records(self.con, "memory_id = ?", [memory_id])
+            rows = self.sql.fetch_records(self.con, "memory_id = ?", [memory_id])
         if not rows:
             raise MemoryNotFoundError(f"no memory {memory_id!r} (never stored, or purged: see history())")
         return _record(rows[0])
@@ -311,7 +314,7 @@ class Memory:
             clause += f" LIMIT {int(limit)}"
         clause += f" OFFSET {int(offset)}"
         with self.lock:
-            rows = sql.fetch_records(self.con, clause, params)
+            rows = self.sql.fetch_records(self.con, clause, params)
         return [_record(r) for r in rows]
 
     def subjects(self) -> list[str]:
@@ -330,6 +333,20 @@ class Memory:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise MemoryInputError(f"limit must be a positive int or None, got {limit!r}")
         at = to_utc_naive(now, "now") if now is not None else to_utc_naive(self._clock(), "clock()")
+        with self.lock:
+            if not self.sql.SHARED:
+                return self._ranked(subject, query, semantic, recall, limit, at)
+            for _ in range(2):  # other processes write too: catch up, rank, confirm in SQL (memory/shared.py)
+                self._seen = shared.catch_up(self._loaded(), self.sql, self.con, self._seen)
+                result = self._ranked(subject, query, semantic, recall, limit, at)
+                gone = shared.stale(self.sql, self.con, [r.memory_id for r in result.records], at,
+                                    self.floor) if recall else {}
+                if not gone:
+                    return result
+            return shared.without(result, gone)
+
+    def _ranked(self, subject: str, query: str, semantic: bool, recall: bool, limit: int | None,
+                at: datetime) -> SearchResult:
         emb = self.embedder
         reason: str | None = None
         with self.lock:

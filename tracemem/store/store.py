@@ -1,31 +1,35 @@
-"""`Store`: one DuckDB file holding every run, step, read, write, decision, model call,
-prompt section and memory — the facade over opening, writing, loading and retention.
+"""`Store`: one DuckDB file — or one PostgreSQL database for a fleet — holding every run, step,
+read, write, decision, model call, prompt section and memory; the facade over opening, writing,
+loading and retention.
 
-    store = Store("agent.duckdb")
+    store = Store("agent.duckdb")                          # or Store("postgresql://host/db")
     run = flow.run({...}, store=store)
     store.sql("SELECT stage, count(*) FROM steps GROUP BY 1").df()
+
+What differs between the two databases sits behind the backend seam (store/backend.py);
+the API, the tables and their columns are the same.
 
 Concurrency: any number of threads of one process may run flows into one Store.
 DuckDB lets one process write a file at a time; a second process opening it gets
 `StoreLockedError` naming the holder, or — with `read_only=True,
 snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
+PostgreSQL takes any number of writing processes on any number of machines: each
+opening holds a lease, and runs of an opening whose lease expired are recovered and
+marked interrupted by the others (store/pg/lease.py).
 """
 from __future__ import annotations
 
 import atexit
-import os
-import shutil
 import sys
 import threading
 import weakref
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional
 
-import duckdb
 from pydantic import BaseModel
 
-from ..dbmeta import get_meta, set_meta
 from ..errors import TracememError
+from ..ids import new_id
 from ..record import ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
@@ -35,62 +39,45 @@ from .affected import AffectedReport, affected
 from .blame import BlameReport, blame
 from .feedback import Feedback
 from .feedback import record as record_feedback
+from .backend import Backend, open_backend
 from .load import load_run, thread
-from .opening import connect, recover_dead_runs
-from .retention import PruneReport, export, prune
+from .retention import PruneReport, prune
 from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
-from .tables import open_schema
-from .user_sql import UserSQL
 from .writer import StoreSink, Writer
 
 
 class Store:
-    """A tracemem store: `Store(":memory:")` for tests, `Store("agent.duckdb")` for real use."""
+    """A tracemem store: `Store(":memory:")` for tests, `Store("agent.duckdb")` for real use,
+    `Store("postgresql://user@host/db")` for many processes (`?schema=name` picks a schema)."""
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
                  snapshot_if_locked: bool = False,
-                 block_size: int = 16384, log: Callable[[str], None] = lambda message: None) -> None:
-        self.path = str(path)
+                 block_size: int = 16384, log: Callable[[str], None] = lambda message: None,
+                 lease_seconds: float = 10.0) -> None:
         self.read_only = read_only
         self.durability = durability
         self.flush_interval = flush_interval  # 0: each run is on disk before flow.run returns
-        self.snapshot_of: Optional[str] = None
-        self.snapshot_note = ""
         self.lock = threading.RLock()
         self.block_size = block_size  # for new files: 16 KiB keeps a small agent's file small
-        opened = connect(self.path, read_only, block_size, snapshot_if_locked)
-        self.con = opened.con
-        self._snapshot_dir: Optional[str] = None
-        if opened.snapshot_of:
-            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
-            self._snapshot_dir = os.path.dirname(opened.path)
-            # removed by close(); if setup fails or close() is never called, when this Store goes (or at exit)
-            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
-        self._local = threading.local()
+        self.lease = new_id()  # this opening of the store (PostgreSQL: its runs are recovered by it)
         self._closed = False
-        with self.lock:
-            open_schema(self.con, self.path, self.read_only or self.snapshot_of is not None, log)
-            salt = get_meta(self.con, "secret_salt")
-            if salt is None and not self.read_only:
-                salt = os.urandom(16).hex()
-                set_meta(self.con, "secret_salt", salt)
-            self.salt = bytes.fromhex(salt or "00")
-            # runs left 'running' by a process that is gone: their journal is replayed, and those that
-            # never ended are marked interrupted
-            self.interrupted = [] if self.read_only else recover_dead_runs(self.con)
+        # PostgreSQL: a dead writer's runs are marked interrupted within about `lease_seconds`
+        self.backend: Backend = open_backend(str(path), read_only=read_only, lock=self.lock, lease=self.lease,
+                                             block_size=block_size, snapshot_if_locked=snapshot_if_locked,
+                                             log=log, lease_seconds=lease_seconds)
+        self.path, self.con, self.salt = self.backend.path, self.backend.con, self.backend.salt
+        self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
+        self.interrupted = self.backend.interrupted  # runs a dead writer left running, recovered when opened
         self.memory = self._open_memory(embedder)
         if snapshot_embedder == "default":
             from ..memory import HashingEmbedder
 
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
-        self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
-        self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added)
-        # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
-        self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
+        self.snapshots = SnapshotIndex(self.backend.cursor(), self.lock, self.backend.follow_snapshots())
+        self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder, self.snapshots.added)
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -106,7 +93,8 @@ class Store:
         from ..memory import Memory
 
         kwargs = {} if embedder == "default" else {"embedder": embedder}
-        return Memory(self.con.cursor(), self.lock, read_only=self.read_only, **kwargs)
+        return Memory(self.backend.cursor(), self.lock, read_only=self.read_only, sql_ops=self.backend.memory_sql,
+                      **kwargs)
 
     # -- writing ------------------------------------------------------------------
     def sink(self, durability: Optional[str] = None) -> StoreSink:
@@ -129,29 +117,19 @@ class Store:
         finally:
             self.writer.stop()
             with self.lock:
-                self.con.close()
-            if self.user_sql is not None:
-                self.user_sql.close()
-            if self._snapshot_dir is not None:
-                shutil.rmtree(self._snapshot_dir, ignore_errors=True)
+                self.backend.close()
 
     # -- reading ------------------------------------------------------------------
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
-        cur = getattr(self._local, "cursor", None)
-        if cur is None:
-            cur = self._local.cursor = self.con.cursor()
-        return cur
+    def _cursor(self) -> Any:
+        return self.backend.cursor()
 
-    def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
-        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`). On a read-only store the
-        SQL is fenced (store/user_sql.py): no file access, ATTACH, SET or extensions, no changes."""
+    def sql(self, query: str, params: Any = None) -> Any:
+        """The rows of a query: a DuckDB relation, or on PostgreSQL a result with the same methods
+        (`.fetchall()`, `.columns`, `.df()`, `.arrow()`); None for a statement that returns nothing.
+        On a read-only store the SQL is fenced: DuckDB runs it in a locked-down instance
+        (store/user_sql.py), PostgreSQL as one statement in a READ ONLY transaction."""
         self.flush()
-        if self.user_sql is not None:
-            return self.user_sql.sql(query, params)
-        try:
-            return self._cursor().sql(query, params=params)
-        except duckdb.Error as err:
-            raise TracememError(f"SQL error: {str(err).splitlines()[0]}") from None
+        return self.backend.sql(query, params)
 
     def register_scope(self, pipeline: str, scope: type[BaseModel]) -> None:
         """Tell tracemem which scope model a pipeline uses, so its loaded runs rebuild it."""
@@ -245,8 +223,7 @@ class Store:
 
     def tables(self) -> set[str]:
         """The names of the tables (and views) in the store."""
-        return {r[0] for r in self._cursor().execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+        return self.backend.tables()
 
     def _writable(self, what: str) -> None:
         if self.read_only:
@@ -265,7 +242,7 @@ class Store:
         """Write every table to `directory/<table>.parquet`; returns rows per table."""
         self.flush()
         with self.lock:
-            return export(self.con, directory, progress=progress)
+            return self.backend.export(directory, progress=progress)
 
 
 def _close_at_exit(ref: "weakref.ref[Store]") -> None:

@@ -28,10 +28,10 @@ from .snapshots import embedding_rows
 class Writer:
     """Writes finished runs (and journaled stages) into the store's tables."""
 
-    def __init__(self, con: Any, lock: Any, path: str, flush_interval: float, snapshot_embedder: Any,
+    def __init__(self, backend: Any, path: str, flush_interval: float, snapshot_embedder: Any,
                  on_embeddings: Callable[[list[tuple]], None]) -> None:
-        self.con = con
-        self.lock = lock
+        self.backend = backend  # where batches and journal rows go (store/backend.py)
+        self.lock = backend.write_lock
         self.path = path
         self.flush_interval = flush_interval  # 0: each run is journaled before flow.run returns
         self.snapshot_embedder = snapshot_embedder
@@ -51,14 +51,14 @@ class Writer:
     # -- durable progress --------------------------------------------------------------
     def write_now(self, batch: Batch) -> None:
         with self.lock:
-            batch.insert(self.con)
+            self.backend.insert(batch)
             if batch.rows["run_embeddings"]:
                 self.on_embeddings(batch.rows["run_embeddings"])
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         """One durable journal row (see store/journal.py)."""
         with self.lock:
-            self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
+            self.backend.journal(run_id, step, kind, payload)
 
     # -- the queue -----------------------------------------------------------------------
     def enqueue(self, run: Run) -> None:

@@ -1,0 +1,193 @@
+"""One PostgreSQL connection on which tracemem's own SQL runs as written for DuckDB.
+
+Why: the loader, thread, feedback, affected, blame and memory code is plain SQL with `?`
+parameters. Rather than keep a second copy of each query, this connection takes the same
+text: `?` becomes psycopg's `%s` (outside quotes and comments), and the few DuckDB functions
+that SQL uses (`epoch_ns`, `starts_with`, `list_contains`, `json_keys`, ...) exist in the
+store's schema (pg/schema.py). What cannot be shared (bulk inserts, the journal, DDL) lives
+behind the backend seam instead.
+
+Values come back as DuckDB gives them: JSON as its text, numeric as float, a pgvector
+`vector` as a list of floats. Sessions use UTC, as tracemem stores naive UTC times.
+
+Threads: psycopg runs one statement at a time per connection, but a transaction spans
+statements, so `BEGIN` takes this connection's lock until `COMMIT`/`ROLLBACK`: another
+thread's statement can never land inside someone else's transaction.
+"""
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Iterable, Iterator, Optional
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.types.numeric import FloatLoader
+from psycopg.types.string import TextBinaryLoader, TextLoader
+
+from ...errors import TracememError
+
+__all__ = ["PgConnection", "PgTarget", "translate", "parse_target", "quote_ident", "first_line"]
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|%")
+_BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")
+_END = ("COMMIT", "ROLLBACK", "END")
+
+
+@lru_cache(maxsize=1024)
+def translate(query: str) -> str:
+    """DuckDB-style `?` parameters as psycopg's `%s`, and a literal `%` as `%%` (psycopg reads `%` everywhere)."""
+    def one(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "?":
+            return "%s"
+        return token.replace("%", "%%")
+    return _TOKENS.sub(one, query)
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class PgTarget:
+    """Where a store lives: the connection string psycopg gets, the schema, and a label without secrets."""
+
+    def __init__(self, conninfo: str, schema: str, label: str) -> None:
+        self.conninfo, self.schema, self.label = conninfo, schema, label
+
+
+def parse_target(url: str) -> PgTarget:
+    """Split tracemem's own `schema=` query parameter off a URL (default schema: public)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), "public")
+    if not schema or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", schema):
+        raise TracememError(f"schema={schema!r} in the store URL is not a plain SQL name (letters, digits, _)")
+    rest = [(k, v) for k, v in query if k != "schema"]
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    host = parts.hostname or "localhost"
+    netloc = f"{parts.username + '@' if parts.username else ''}{host}{':' + str(parts.port) if parts.port else ''}"
+    label = urlunsplit((parts.scheme, netloc, parts.path, "schema=" + schema if schema != "public" else "", ""))
+    return PgTarget(conninfo, schema, label)
+
+
+class _VectorTextLoader(Loader):
+    def load(self, data: Any) -> list[float]:
+        text = bytes(data).decode()
+        return [float(x) for x in text.strip("[]").split(",")] if text.strip("[]") else []
+
+
+class _VectorBinaryLoader(Loader):
+    def load(self, data: Any) -> list[float]:
+        raw = bytes(data)
+        dim = struct.unpack_from(">H", raw)[0]
+        return list(struct.unpack_from(f">{dim}f", raw, 4))
+
+
+class PgConnection:
+    """A psycopg connection in autocommit mode, in the store's schema, taking DuckDB-style SQL."""
+
+    dialect = "postgres"
+
+    def __init__(self, target: PgTarget, name: str, *, keepalive: Optional[float] = None) -> None:
+        self.target = target
+        options = {"application_name": f"tracemem {name}"[:63]}
+        if keepalive:  # a vanished peer's session (and its advisory locks) ends after about this long
+            idle = max(1, int(keepalive / 2))
+            options.update(keepalives="1", keepalives_idle=str(idle), keepalives_interval=str(max(1, idle // 3)),
+                           keepalives_count="3")
+        try:
+            self.raw = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10, **options)
+        except psycopg.Error as err:
+            raise TracememError(f"cannot connect to {target.label}: {first_line(err)}; check the URL, that the "
+                                f"server runs and that this user may log in") from None
+        self.lock = threading.RLock()
+        self._held = 0  # how many transactions this connection's lock is held for (0 or 1)
+        self._owner: Optional[int] = None  # the thread whose transaction is open
+        for kind in ("json", "jsonb"):
+            self.raw.adapters.register_loader(kind, TextLoader)
+            self.raw.adapters.register_loader(kind, TextBinaryLoader)
+        self.raw.adapters.register_loader("numeric", FloatLoader)
+        self.raw.execute("SET TIME ZONE 'UTC'")
+        self.raw.execute(f"SET search_path TO {quote_ident(target.schema)}, public")
+        self.register_vector()
+
+    def register_vector(self) -> None:
+        """Load pgvector's `vector` as a list of floats, when the server has the extension installed."""
+        row = self.raw.execute("SELECT oid FROM pg_type WHERE typname = 'vector'").fetchone()
+        if row is not None:
+            self.raw.adapters.register_loader(row[0], _VectorTextLoader)
+            self.raw.adapters.register_loader(row[0], _VectorBinaryLoader)
+
+    # -- statements ------------------------------------------------------------------------
+    def execute(self, query: str, params: Any = None, *, binary: bool = False) -> psycopg.Cursor[Any]:
+        """Run one statement (`?` parameters); the cursor holds its rows (`fetchall()`)."""
+        word = query.strip().upper()
+        if word in _BEGIN:
+            self.lock.acquire()
+            self._held += 1
+            self._owner = threading.get_ident()
+        try:
+            with self.lock:
+                if params is None:
+                    cur = self.raw.execute(query, binary=binary)
+                else:
+                    cur = self.raw.execute(translate(query), list(params), binary=binary)
+        except BaseException:
+            if word in _BEGIN:
+                self._release()
+            raise
+        if word in _END:
+            self._release()
+        return cur
+
+    def executemany(self, query: str, rows: Iterable[Any]) -> None:
+        with self.lock:
+            with self.raw.cursor() as cur:
+                cur.executemany(translate(query), [list(r) for r in rows])
+
+    def _release(self) -> None:
+        if self._held:
+            self._held -= 1
+            self._owner = None
+            self.lock.release()
+
+    def owns_transaction(self) -> bool:
+        """Whether the calling thread has a transaction open on this connection."""
+        return self._owner == threading.get_ident() and self.in_transaction
+
+    @contextmanager
+    def transaction(self) -> Iterator["PgConnection"]:
+        """BEGIN … COMMIT (ROLLBACK on error), holding this connection for the calling thread; inside a
+        transaction this thread already has open, it joins that one."""
+        if self.owns_transaction():
+            yield self
+            return
+        self.execute("BEGIN")
+        try:
+            yield self
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def cursor(self) -> "PgConnection":
+        """This connection (DuckDB hands out per-thread cursors; psycopg serializes statements itself)."""
+        return self
+
+    def close(self) -> None:
+        with self.lock:
+            self.raw.close()
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

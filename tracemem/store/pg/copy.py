@@ -1,0 +1,119 @@
+"""Bulk rows into PostgreSQL with COPY: a batch of runs as one transaction.
+
+Why COPY through CSV written by Arrow: `executemany` costs a round trip (or a pipeline slot)
+and Python work per row; COPY streams the rows in one statement per table, and Arrow's C++
+CSV writer turns a whole column of timestamps, numbers and quoted strings into that stream
+without a Python loop per value. The batch's rows are the same `COLUMNS` tuples the DuckDB
+writer registers as Arrow tables; only list columns (text[], real[], vector) are spelled as
+PostgreSQL array literals first, and NUL characters, which PostgreSQL text cannot hold,
+become U+FFFD.
+"""
+from __future__ import annotations
+
+import io
+import math
+from datetime import datetime, timedelta
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from ..batch import COLUMNS, Batch
+from .connection import PgConnection, quote_ident
+
+__all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK", "from_ns"]
+
+FEED_LOCK = 0x7473  # advisory-lock class: rows of a followed table (run_embeddings) get their seq in commit order
+_OPTIONS = pcsv.WriteOptions(include_header=False)
+_EPOCH = datetime(1970, 1, 1)
+
+
+def from_ns(ns: Optional[int]) -> Optional[datetime]:
+    """Epoch nanoseconds as a naive UTC datetime (microseconds, as PostgreSQL keeps them)."""
+    return None if ns is None else _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def array_literal(values: Optional[Sequence[Any]]) -> Optional[str]:
+    """A PostgreSQL array literal ({...}) for a list of strings or numbers (None stays NULL)."""
+    if values is None:
+        return None
+    if isinstance(values, np.ndarray):
+        return "{" + ",".join(map(repr, values.astype(np.float64).tolist())) + "}"
+    return "{" + ",".join("NULL" if v is None else _quote(v) if isinstance(v, str) else _number(v)
+                          for v in values) + "}"
+
+
+def vector_literal(values: Optional[Sequence[float]]) -> Optional[str]:
+    """A pgvector literal ([...])."""
+    if values is None:
+        return None
+    return "[" + ",".join(_number(float(v)) for v in values) + "]"
+
+
+def _number(v: Any) -> str:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return repr(float(v)) if isinstance(v, (float, np.floating)) else str(v)
+
+
+def _column(values: Sequence[Any], kind: pa.DataType, vector: bool) -> pa.Array:
+    """One column as an Arrow array COPY can read as CSV."""
+    if pa.types.is_list(kind):
+        spell = vector_literal if vector else array_literal
+        return pa.array([spell(v) for v in values], type=pa.string())
+    arr = pa.array(values, type=kind)
+    if pa.types.is_string(kind) and arr.null_count < len(arr):
+        arr = pc.replace_substring(arr, "\x00", "\ufffd")
+    return arr
+
+
+def copy_table(con: PgConnection, table: str, names: Sequence[str], kinds: Sequence[pa.DataType],
+               columns: Sequence[Sequence[Any]], *, vectors: Sequence[str] = ()) -> None:
+    """COPY rows, given column by column, into `table` (`vectors`: list columns typed pgvector `vector`)."""
+    if not columns or not len(columns[0]):
+        return
+    arrays = [_column(values, kind, name in vectors) for name, kind, values in zip(names, kinds, columns)]
+    buffer = io.BytesIO()
+    pcsv.write_csv(pa.Table.from_arrays(arrays, names=list(names)), buffer, _OPTIONS)
+    cols = ", ".join(quote_ident(n) for n in names)
+    with con.lock:
+        with con.raw.cursor() as cur:
+            with cur.copy(f"COPY {quote_ident(table)} ({cols}) FROM STDIN (FORMAT csv)") as copy:
+                copy.write(buffer.getbuffer())
+
+
+def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
+    """Everything a batch holds, as one transaction: COPY per table, then the runs it completes and the
+    journal rows it supersedes. `lease` is recorded on the runs rows it starts (crash recovery)."""
+    tables: list[tuple[str, list[Sequence[Any]]]] = [(t, list(zip(*rows))) for t, rows in batch.rows.items()
+                                                     if rows and t != "run_embeddings"]
+    tables += [(t, cols) for t, cols in batch.cols.items() if cols[0]]
+    with con.transaction():
+        for table, columns in tables:
+            names = [c for c, _ in COLUMNS[table]]
+            kinds = [k for _, k in COLUMNS[table]]
+            if table == "runs" and "lease" not in names:
+                names, kinds = names + ["lease"], kinds + [pa.string()]
+                columns = list(columns) + [[lease] * len(columns[0])]
+            copy_table(con, table, names, kinds, columns)
+        if batch.finished:
+            con.executemany("UPDATE runs SET status = ?, error = ?, ended_at = ?, output = ?, query = ?, "
+                            "trace_id = ? WHERE run_id = ?",
+                            [(e["status"], e["error"], from_ns(e["ended_at"]), e["output"], e["query"],
+                              e["trace_id"], run_id) for run_id, e in batch.finished])
+        if batch.journaled:
+            con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [batch.journaled])
+        for run_id, steps in batch.journaled_steps:
+            con.execute("DELETE FROM step_journal WHERE run_id = ? AND kind = 'step' AND step = ANY(?::integer[])",
+                        [run_id, steps])
+        embeddings = batch.rows["run_embeddings"]
+        if embeddings:  # last, under a lock held to the commit: seq values then become visible in order
+            con.execute("SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", [FEED_LOCK])
+            spec = COLUMNS["run_embeddings"]
+            copy_table(con, "run_embeddings", [c for c, _ in spec], [k for _, k in spec], list(zip(*embeddings)))
