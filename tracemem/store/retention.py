@@ -44,10 +44,13 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
     report = PruneReport(dry_run=dry_run)
     if not candidates:
         return report
-    con.execute("CREATE OR REPLACE TEMP TABLE _prune_roots (run_id VARCHAR)")
+    # DROP then CREATE (not CREATE OR REPLACE): the same SQL runs on DuckDB and PostgreSQL
+    con.execute("DROP TABLE IF EXISTS _prune_roots")
+    con.execute("CREATE TEMP TABLE _prune_roots (run_id VARCHAR)")
     con.executemany("INSERT INTO _prune_roots VALUES (?)", [[r] for r in candidates])
     # each candidate with every descendant run (subflows), tagged by its root
-    con.execute("""CREATE OR REPLACE TEMP TABLE _prune_tree AS
+    con.execute("DROP TABLE IF EXISTS _prune_tree")
+    con.execute("""CREATE TEMP TABLE _prune_tree AS
         WITH RECURSIVE tree(root, run_id) AS (
             SELECT run_id, run_id FROM _prune_roots
             UNION ALL SELECT tree.root, r.run_id FROM runs r JOIN tree ON r.parent_run_id = tree.run_id)

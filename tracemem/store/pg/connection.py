@@ -82,6 +82,8 @@ class _VectorTextLoader(Loader):
 
 
 class _VectorBinaryLoader(Loader):
+    format = psycopg.pq.Format.BINARY
+
     def load(self, data: Any) -> list[float]:
         raw = bytes(data)
         dim = struct.unpack_from(">H", raw)[0]

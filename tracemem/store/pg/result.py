@@ -2,7 +2,7 @@
 
 A DuckDB relation is lazy; this result holds its rows (a query over a fleet database is run
 once, on the server, and its rows come back). `fetchall()`, `fetchone()`, `fetchmany()`,
-`columns`, `types`, `arrow()` (also `to_arrow_table()`), `df()` (also `fetchdf()`, with
+`columns`, `types`, `arrow()` (a record batch reader, as DuckDB 2 gives), `to_arrow_table()`, `df()` (also `fetchdf()`, with
 pandas installed) and `show()` behave as DuckDB's do, so code written against one store
 works against the other.
 """
@@ -56,7 +56,7 @@ class SQLResult:
         self._at += len(out)
         return out
 
-    def arrow(self) -> pa.Table:
+    def to_arrow_table(self) -> pa.Table:
         """The rows as an Arrow table."""
         arrays = []
         for i, (name, kind) in enumerate(zip(self.columns, self.types)):
@@ -68,11 +68,14 @@ class SQLResult:
                 arrays.append(pa.array([None if v is None else str(v) for v in values], type=pa.string()))
         return pa.Table.from_arrays(arrays, names=_unique(self.columns))
 
-    to_arrow_table = arrow
+    def arrow(self) -> pa.RecordBatchReader:
+        """The rows as an Arrow record batch reader (as DuckDB 2's `relation.arrow()`; `.read_all()` is a table)."""
+        table = self.to_arrow_table()
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
 
     def df(self) -> Any:
         """The rows as a pandas DataFrame (pip install pandas)."""
-        return self.arrow().to_pandas()
+        return self.to_arrow_table().to_pandas()
 
     fetchdf = df
 

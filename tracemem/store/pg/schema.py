@@ -190,14 +190,12 @@ def _vector_type(con: PgConnection) -> Optional[str]:
 def create_pg(con: PgConnection, version: int = SCHEMA_VERSION, vector: bool = True) -> None:
     """Create a fresh store at `version` in the connection's schema (inside the caller's transaction)."""
     con.execute("CREATE TABLE tracemem_meta (key text PRIMARY KEY, value text)")
-    for ddl in COMPAT + V1:
+    vector_type = _vector_type(con) if vector else None
+    for ddl in COMPAT + V1 + memory_ddl(vector_type or "real[]"):
         con.execute(ddl)
     for v in range(2, version + 1):
         for ddl in PG_MIGRATIONS.get(v, ()):
             con.execute(ddl)
-    vector_type = _vector_type(con) if vector else None
-    for ddl in memory_ddl(vector_type or "real[]"):
-        con.execute(ddl)
     set_pg_meta(con, "format", FORMAT)
     set_pg_meta(con, "schema_version", str(version))
 
