@@ -8,17 +8,18 @@ from typing import Any, Optional, Sequence
 import duckdb
 
 from ..errors import TracememError
-from . import data, explain, graph, runs
+from . import copy, data, explain, graph, runs
 from .common import Commands
 from .render import Visible, visible
 
-ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMANDS, **graph.COMMANDS}
+ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **data.COMMANDS, **graph.COMMANDS,
+                              **copy.COMMANDS}
 
 
 def _parent() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS,
-                        help="store file (default: $TRACEMEM_DB or ./tracemem.duckdb)")
+                        help="store: a DuckDB file or a postgresql:// URL (default: $TRACEMEM_DB or ./tracemem.duckdb)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable output (JSON; NaN and Infinity, which JSON lacks, become null)")
     return common

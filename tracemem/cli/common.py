@@ -15,8 +15,14 @@ Commands = Mapping[str, Command]
 
 
 def db_path(args: argparse.Namespace) -> str:
-    """The store file a command works on: --db, else $TRACEMEM_DB, else ./tracemem.duckdb."""
+    """The store a command works on: --db (a file or a postgresql:// URL), else $TRACEMEM_DB, else
+    ./tracemem.duckdb."""
     return getattr(args, "db", None) or os.environ.get("TRACEMEM_DB") or "tracemem.duckdb"
+
+
+def is_url(path: str) -> bool:
+    """Whether --db names a PostgreSQL database rather than a file."""
+    return path.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(args: argparse.Namespace, write: bool = False) -> Any:
@@ -24,7 +30,7 @@ def open_store(args: argparse.Namespace, write: bool = False) -> Any:
     from ..store import Store
 
     path = db_path(args)
-    if path != ":memory:" and not os.path.exists(path):  # never create a store from a mistyped --db
+    if path != ":memory:" and not is_url(path) and not os.path.exists(path):  # never create one from a typo
         raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
     store = Store(path, read_only=not write, snapshot_if_locked=not write)
     if store.snapshot_of:

@@ -22,7 +22,7 @@ PostgreSQL database, anything else a DuckDB file (`:memory:` included).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Optional, Protocol
 
 import pyarrow as pa
 
@@ -66,6 +66,8 @@ class Backend(Protocol):
     def read(self, query: str, params: Any = None) -> Iterator[pa.RecordBatch]: ...
 
     def append(self, table: str, data: pa.Table) -> None: ...
+
+    def transaction(self) -> ContextManager[None]: ...
 
     def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]: ...
 

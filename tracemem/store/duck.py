@@ -12,6 +12,7 @@ import os
 import shutil
 import threading
 import weakref
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 import duckdb
@@ -98,18 +99,28 @@ class DuckBackend:
 
     def read(self, query: str, params: Any = None) -> Iterator[pa.RecordBatch]:
         """The rows of `query` as Arrow record batches (for copying between stores)."""
-        reader = self.cursor().execute(query, params or []).fetch_record_batch(65536)
+        reader = self.cursor().sql(query, params=params or None).to_arrow_reader(65536)
         yield from reader
 
     def append(self, table: str, data: pa.Table) -> None:
-        """Insert an Arrow table's rows into `table` (columns by name)."""
-        cur = self.cursor()
-        cur.register("_tracemem_append", data)
+        """Insert an Arrow table's rows into `table` (columns by name), inside `transaction()` if open."""
+        self.con.register("_tracemem_append", data)
         try:
             cols = ", ".join(f'"{c}"' for c in data.column_names)
-            cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tracemem_append")
+            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tracemem_append")
         finally:
-            cur.unregister("_tracemem_append")
+            self.con.unregister("_tracemem_append")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around `append` calls."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
 
     def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
         return export(self.con, directory, progress=progress)

@@ -56,6 +56,11 @@ class SnapshotIndex:
             if entry is not None:
                 entry.pending.append((run_id, query, embedding))
 
+    def reset(self) -> None:
+        """Forget what is loaded (rows were added behind the index's back, e.g. by `tracemem copy`)."""
+        with self.lock:
+            self._cache.clear()
+
     def _entry(self, pipeline: str, embedder_id: str) -> "_Entry":
         key = (pipeline, embedder_id)
         with self.lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 import psycopg
@@ -157,7 +158,13 @@ class PgBackend:
         """COPY an Arrow table's rows into `table` (columns by name)."""
         vectors = ("embedding",) if table == "memories" and self.memory_sql.kind == "vector" else ()
         copy_table(self._writer(), table, data.column_names, [f.type for f in data.schema],
-                   [c.to_pylist() for c in data.columns], vectors=vectors)
+                   list(data.columns), vectors=vectors)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around `append` calls."""
+        with self._writer().transaction():
+            yield
 
     def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
         """Every table (and the derived views) as `directory/<name>.parquet`; rows per name."""

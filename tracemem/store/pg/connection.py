@@ -31,7 +31,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from ...errors import TracememError
 
-__all__ = ["PgConnection", "PgTarget", "translate", "parse_target", "quote_ident", "first_line"]
+__all__ = ["PgConnection", "PgTarget", "PgError", "translate", "parse_target", "quote_ident", "first_line"]
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|%")
 _BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")
@@ -51,6 +51,10 @@ def translate(query: str) -> str:
 
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+class PgError(TracememError):
+    """PostgreSQL refused a statement tracemem ran; the message is the server's first line."""
 
 
 class PgTarget:
@@ -139,9 +143,11 @@ class PgConnection:
                     cur = self.raw.execute(query, binary=binary)
                 else:
                     cur = self.raw.execute(translate(query), list(params), binary=binary)
-        except BaseException:
+        except BaseException as err:
             if word in _BEGIN:
                 self._release()
+            if isinstance(err, psycopg.Error):
+                raise PgError(f"{self.target.label}: {first_line(err)}") from err
             raise
         if word in _END:
             self._release()
@@ -149,8 +155,11 @@ class PgConnection:
 
     def executemany(self, query: str, rows: Iterable[Any]) -> None:
         with self.lock:
-            with self.raw.cursor() as cur:
-                cur.executemany(translate(query), [list(r) for r in rows])
+            try:
+                with self.raw.cursor() as cur:
+                    cur.executemany(translate(query), [list(r) for r in rows])
+            except psycopg.Error as err:
+                raise PgError(f"{self.target.label}: {first_line(err)}") from err
 
     def _release(self) -> None:
         if self._held:

@@ -16,12 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence
 
 import numpy as np
+import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from ..batch import COLUMNS, Batch
-from .connection import PgConnection, quote_ident
+from .connection import PgConnection, PgError, first_line, quote_ident
 
 __all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK", "from_ns"]
 
@@ -62,12 +63,13 @@ def _number(v: Any) -> str:
     return repr(float(v)) if isinstance(v, (float, np.floating)) else str(v)
 
 
-def _column(values: Sequence[Any], kind: pa.DataType, vector: bool) -> pa.Array:
-    """One column as an Arrow array COPY can read as CSV."""
-    if pa.types.is_list(kind):
+def _column(values: Any, kind: pa.DataType, vector: bool) -> Any:
+    """One column (Python values, or already an Arrow array) as an Arrow array COPY can read as CSV."""
+    arrow = isinstance(values, (pa.Array, pa.ChunkedArray))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         spell = vector_literal if vector else array_literal
-        return pa.array([spell(v) for v in values], type=pa.string())
-    arr = pa.array(values, type=kind)
+        return pa.array([spell(v) for v in (values.to_pylist() if arrow else values)], type=pa.string())
+    arr = values if arrow else pa.array(values, type=kind)
     if pa.types.is_string(kind) and arr.null_count < len(arr):
         arr = pc.replace_substring(arr, "\x00", "\ufffd")
     return arr
@@ -77,15 +79,18 @@ def copy_table(con: PgConnection, table: str, names: Sequence[str], kinds: Seque
                columns: Sequence[Sequence[Any]], *, vectors: Sequence[str] = ()) -> None:
     """COPY rows, given column by column, into `table` (`vectors`: list columns typed pgvector `vector`)."""
     if not columns or not len(columns[0]):
-        return
+        return  # (Arrow arrays and lists both have a length)
     arrays = [_column(values, kind, name in vectors) for name, kind, values in zip(names, kinds, columns)]
     buffer = io.BytesIO()
     pcsv.write_csv(pa.Table.from_arrays(arrays, names=list(names)), buffer, _OPTIONS)
     cols = ", ".join(quote_ident(n) for n in names)
     with con.lock:
-        with con.raw.cursor() as cur:
-            with cur.copy(f"COPY {quote_ident(table)} ({cols}) FROM STDIN (FORMAT csv)") as copy:
-                copy.write(buffer.getbuffer())
+        try:
+            with con.raw.cursor() as cur:
+                with cur.copy(f"COPY {quote_ident(table)} ({cols}) FROM STDIN (FORMAT csv)") as copy:
+                    copy.write(buffer.getbuffer())
+        except psycopg.Error as err:
+            raise PgError(f"{con.target.label}: copying rows into {table} failed: {first_line(err)}") from err
 
 
 def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
