@@ -142,15 +142,22 @@ def _chown_tree(directory: str, user: str) -> None:
 
 def _reachable(binaries: str, directory: str, user: str) -> str:
     """`binaries`, or a copy of their install tree inside `directory` when `user` cannot run them."""
-    probe = subprocess.run([os.path.join(binaries, "postgres"), "--version"], user=user, capture_output=True)
-    if probe.returncode == 0:
-        return binaries
-    install = os.path.dirname(binaries)
-    copy = os.path.join(directory, "install")
+    try:
+        if subprocess.run([os.path.join(binaries, "postgres"), "--version"], user=user,
+                          capture_output=True).returncode == 0:
+            return binaries
+    except OSError:  # the user may not even reach the folder
+        pass
+    install = os.path.dirname(binaries)  # e.g. site-packages/pgserver/pginstall
+    package = os.path.dirname(install)
+    libs = package + ".libs"  # a wheel's bundled libraries, found by the binaries' relative RPATH
+    copy = os.path.join(directory, "install", os.path.basename(package))
     if not os.path.exists(copy):
-        shutil.copytree(install, copy, symlinks=True)
-        _chown_tree(copy, user)
-    return os.path.join(copy, "bin")
+        shutil.copytree(install, os.path.join(copy, os.path.basename(install)), symlinks=True)
+        if os.path.isdir(libs):
+            shutil.copytree(libs, os.path.join(directory, "install", os.path.basename(libs)), symlinks=True)
+        _chown_tree(os.path.join(directory, "install"), user)
+    return os.path.join(copy, os.path.basename(install), "bin")
 
 
 def main(argv: list[str]) -> int:
@@ -167,8 +174,8 @@ def main(argv: list[str]) -> int:
         return 0
     port = int(open(os.path.join(directory, "port")).read())
     user = "nobody" if os.geteuid() == 0 else None
-    bin_dir = os.path.join(directory, "install", "bin")
-    LocalServer(directory, port, bin_dir if os.path.exists(bin_dir) else find_binaries(), user).stop()
+    copied = glob.glob(os.path.join(directory, "install", "*", "*", "bin"))
+    LocalServer(directory, port, copied[0] if copied else find_binaries(), user).stop()
     time.sleep(0.1)
     return 0
 
