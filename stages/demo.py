@@ -156,7 +156,22 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
             WHERE u.outcome = 'injected' AND m.text LIKE '%refund%' ORDER BY r.started_at""")
         say(table(rel.columns, rel.fetchall(), width=48))
 
-        say.part("5. Fix: flag the memory, rerun the same question")
+        say.part("5. Mark it wrong: what rests on that memory, and what goes with wrong answers?")
+        for right in runs[:-1]:
+            store.feedback(right.run_id, "right", by="support-lead")
+        store.feedback(wrong.run_id, "wrong", note="policy is 30 days", by="support-lead")
+        say(f"store.feedback({wrong.run_id[:8]!r}, 'wrong'); the two earlier answers marked 'right'")
+        report = store.affected(memory_id)
+        say(f"store.affected({memory_id!r}): {len(report.runs)} run(s), from the recorded reads and writes")
+        for item in report.runs.values():
+            say(f"  run {item.run_id[:8]}: {', '.join(p for p in item.paths if not p.endswith('(carried)'))}")
+        top = store.blame(limit=3)
+        say(f"store.blame(): {top.basis.split(';')[0]}")
+        for b in top.ranked:
+            say(f"  {b.score:.2f}  {b.kind}:{b.id}  (wrong with {b.wrong_with}, right with {b.right_with})")
+        say("  (one wrong answer cannot tell its sources apart; more judged runs can, and so can a counterfactual)")
+
+        say.part("6. Fix: flag the memory, rerun the same question")
         store.memory.flag(memory_id, "contradicted", "Acme policy is 30 days; an account rep cannot change it")
         say(f"store.memory.flag({memory_id!r}, 'contradicted', ...)")
         rerun = flow.run({"question": SESSIONS[-1][1], "turn_id": "t3-rerun"}, store=store, subject=SUBJECT,
@@ -167,8 +182,7 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
             f"{receipt['excluded_flagged']} flagged record(s) excluded, floor {receipt['recall_floor']:g}")
         if receipt.get("caveat"):
             say(textwrap.fill(f"caveat: {receipt['caveat']}", 100))
-        snap = [s for s in rerun.steps if s.stage == "load_snapshot"][0]
-        say(f"load_snapshot: {'past run context injected (similar question seen before)' if rerun.output.snapshot else snap.logs[-1]}")
+        say(_snapshot_line(rerun))
 
         say.part("Explore it yourself")
         cmd = _command()
@@ -177,8 +191,24 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         say(f"{cmd} backtrack {wrong.run_id[:8]} answer --only memory --db {db}")
         say(f"{cmd} backtrack {wrong.run_id[:8]} answer --influence --db {db}")
         say(f"{cmd} memories --db {db}")
-        say(f"{cmd} sql \"SELECT stage, count(*), round(avg(epoch_ms(ended_at) - epoch_ms(started_at)), 2) AS ms "
+        say(f"{cmd} affected {memory_id} --db {db}")
+        say(f"{cmd} blame --db {db}")
+        say(f"{cmd} sql \"SELECT stage, count(*) AS n, round(avg(duration_ms), 2) AS ms "
             f"FROM steps GROUP BY stage ORDER BY ms DESC\" --db {db}")
+
+
+def _snapshot_line(run: Any) -> str:
+    """What load_snapshot did in `run`: which past run it projected, how, at what similarity, and the
+    projected text itself (or why nothing was injected)."""
+    uses = run.rows.get("snapshot_uses", [])
+    if not uses:
+        logs = run.step("load_snapshot").logs
+        skipped = [line for line in logs if "skipped suspect past run" in line]
+        return (skipped or logs)[-1]
+    use = uses[0]
+    projected = [line.strip() for line in run.output.snapshot.splitlines()[1:] if line.strip()]
+    return (f"load_snapshot: projected past run {use['source_run_id'][:8]} (similarity {use['score']:.2f}, "
+            f"projection '{use['projection']}'): {'; '.join(projected)}")
 
 
 def _command() -> str:

@@ -8,9 +8,9 @@ reading as instructions to the assistant; exact and near duplicates are not
 stored twice. A survivor that updates a stored fact supersedes it (the old one
 becomes contradicted and linked, never deleted). Every failure — model error,
 bad JSON, schema mismatch, store error — goes to `on_error`, is logged in the
-step, is recorded as a `_degraded` row of the step (`run.rows["_degraded"]`: the
-run succeeded without the memory it should have gained) with an OpenTelemetry
-error span, and the run still succeeds.
+step, marks the run degraded (`ctx.degrade`: `runs.degraded` says the run
+succeeded without the memory it should have gained, and `tracemem runs` shows
+it) with an OpenTelemetry error span, and the run still succeeds.
 
 The reply schema sent to the model (`EXTRACTION_SCHEMA`) keeps to OpenAI's strict
 structured-output subset: every object closes with `additionalProperties: false`
@@ -31,7 +31,7 @@ from tracemem.models import ChatModel
 
 from .instruction_filter import INSTRUCTION_PATTERNS, reads_as_instruction
 
-__all__ = ["EXTRACTION_PROMPT", "EXTRACTION_SCHEMA", "DEGRADED", "INSTRUCTION_PATTERNS", "ExtractedFact",
+__all__ = ["EXTRACTION_PROMPT", "EXTRACTION_SCHEMA", "INSTRUCTION_PATTERNS", "ExtractedFact",
            "ExtractedFacts", "extract_memories", "install_extraction", "reads_as_instruction"]
 
 EXTRACTION_PROMPT = """You extract durable facts about the user from one conversation turn.
@@ -78,10 +78,6 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 """`ExtractedFacts` as a JSON schema valid under OpenAI's strict mode (pydantic's own has defaults and bounds)."""
-
-DEGRADED = "_degraded"
-"""The step row a failed extraction leaves: {stage, reason, error_type, http_status}; the run still succeeds."""
-
 
 def _norm(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
@@ -180,12 +176,12 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
 
 
 def _degraded(ctx: StageContext, err: BaseException, error: str) -> dict[str, Any]:
-    """Mark the step as having failed its job while the run goes on: a `_degraded` row (kept with the run,
-    handed to every sink) and an error span for OpenTelemetry."""
+    """Mark the run as degraded while it goes on (`ctx.degrade`: `runs.degraded`), with an error span for
+    OpenTelemetry; returns what the extraction report keeps: {stage, reason, error_type, http_status}."""
     status = getattr(err, "status", None)
     marker = {"stage": ctx.stage, "reason": f"memory extraction failed: {error}", "error_type": type(err).__name__,
               "http_status": status if isinstance(status, int) else None}
-    ctx.emit(DEGRADED, **marker)
+    ctx.degrade(marker["reason"])
     ctx.span("extract_memories failed", attributes={"error.type": marker["error_type"], "tracemem.degraded": True,
                                                     "tracemem.degraded.reason": marker["reason"][:500],
                                                     "http.response.status_code": marker["http_status"]})

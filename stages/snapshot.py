@@ -8,9 +8,16 @@ interrupted answered nothing and is passed over (logged) — and writes each, pr
 the scope as formatted context naming the past run, its query and the score.
 Each use is a `snapshot_uses` row, so backtracking crosses into the past run.
 
-Projections: "decisions" (each decider's choice, rule and evidence), "answer"
-(the past run's final value of `answer_path`), "writes" (its commit log),
-"full" (all three).
+Past runs are found by the question they recorded (`runs.query`): the pipeline
+must record one — `Pipeline(..., query="question")`, which is the default when the
+scope has a `question` field; building a pipeline that uses `load_snapshot` and
+records no query is an error. When nothing is injected, the step log says why:
+no past run yet, past runs that recorded no query, none embedded with this
+embedder, or none at cosine ≥ min_score (naming the closest and its score).
+
+Projections: "decisions" (each decider's choice, the rule that matched and the
+values it read), "answer" (the past run's final value of `answer_path`), "writes"
+(its commit log), "full" (all three).
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ def project(run: Run, projection: str, answer_path: str, max_writes: int = 30) -
     if projection in ("decisions", "full"):
         steps = {s.step: s for s in run.steps}
         for d in run.decisions:
-            parts.append(f"  {describe_decision(steps[d.step].stage, d.chosen, d.evidence)}")
+            parts.append(f"  {describe_decision(steps[d.step].stage, d.chosen, d.evidence, values=True)}")
         if not run.decisions:
             parts.append("  (no decisions recorded)")
     if projection in ("answer", "full"):
@@ -89,6 +96,29 @@ def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, 
     return chosen
 
 
+def _why_nothing(store: Any, ctx: StageContext, question: str, embedder: Any, min_score: float) -> str:
+    """Why no past run qualified, in the words a user can act on."""
+    pipeline = ctx.run.pipeline
+    [(runs, with_query)] = store.sql("SELECT count(*), count(query) FROM runs WHERE pipeline = ? AND run_id <> ?",
+                                     [pipeline, ctx.run_id]).fetchall()
+    if not runs:
+        return f"no past run of '{pipeline}' to compare with yet"
+    if not with_query:
+        return (f"none of the {runs} past runs of '{pipeline}' recorded a query, so none can match; build the "
+                f"pipeline with Pipeline('{pipeline}', ..., query='<field holding the question>')")
+    embedder = embedder or store.snapshot_embedder
+    if embedder is None:
+        return "the store embeds no run queries (Store(..., snapshot_embedder=None))"
+    [(embedded,)] = store.sql("SELECT count(*) FROM run_embeddings WHERE pipeline = ? AND embedder_id = ? "
+                              "AND run_id <> ?", [pipeline, embedder.embedder_id, ctx.run_id]).fetchall()
+    if not embedded:
+        return f"no past run of '{pipeline}' has its query embedded with {embedder.embedder_id}"
+    closest = store.similar_runs(pipeline, question, embedder=embedder, top_k=1, min_score=-1.0,
+                                 exclude=(ctx.run_id,))
+    best = f" (closest: run {closest[0][0]} at {closest[0][2]:.2f})" if closest else ""
+    return f"no past run at cosine ≥ {min_score}{best}"
+
+
 def load_snapshot(*, embedder: Any = None, top_k: int = 1, min_score: float = 0.7, projection: str = "decisions",
                   query_from: Optional[str] = None, into: str = "snapshot", answer_path: str = "answer"
                   ) -> Callable[[Any, StageContext], None]:
@@ -107,7 +137,7 @@ def load_snapshot(*, embedder: Any = None, top_k: int = 1, min_score: float = 0.
             return
         hits = _finished_runs(store, ctx, question, embedder, top_k, min_score)
         if not hits:
-            ctx.log(f"load_snapshot: no past run at cosine ≥ {min_score}; nothing injected")
+            ctx.log(f"load_snapshot: {_why_nothing(store, ctx, question, embedder, min_score)}; nothing injected")
             setattr(scope, into, "")
             return
         blocks = []
@@ -116,7 +146,9 @@ def load_snapshot(*, embedder: Any = None, top_k: int = 1, min_score: float = 0.
             blocks.append(f"Past run {run_id} (similarity {score:.2f}) answered a similar question: "
                           f"{json.dumps(past_query, ensure_ascii=False)}\n{project(past, projection, answer_path)}")
             ctx.emit("snapshot_uses", source_run_id=run_id, score=score, projection=projection, query=question)
+            ctx.log(f"load_snapshot: injected past run {run_id} (similarity {score:.2f}, projection '{projection}')")
         setattr(scope, into, "\n\n".join(blocks))
 
     snapshot.__name__ = snapshot.__qualname__ = "load_snapshot"
+    snapshot.requires_query = "finds past runs by the query each run recorded"  # type: ignore[attr-defined]
     return snapshot

@@ -7,12 +7,16 @@ wrong runs asked, so `load_snapshot` projects those wrong answers into them.
 """
 from __future__ import annotations
 
+import io
+import json
 import random
+import shutil
 
 import pytest
 
 from stages import AgentScope, assemble_prompt, call_model, load_snapshot, recall
 from tracemem import Pipeline, UsageError
+from tracemem.cli import main
 from tracemem.models import ScriptedModel
 from tracemem.store import Store
 
@@ -114,6 +118,10 @@ def test_flagging_makes_runs_suspect_and_load_snapshot_skips_them(world):
     logs = [line for s in rerun.steps for line in s.logs]
     assert any("skipped suspect past run" in line and wrong_ids[5] in line for line in logs)
     assert store.sql("SELECT count(*) FROM suspect_runs").fetchall()[0][0] >= 23
+    text = store.backtrack(wrong_ids[5], "answer").explain(only="memory")
+    assert "flagged since: this value rests on a flagged source" in text
+    projected = store.backtrack(runs["snap"][0].run_id, "answer").explain(only="run")
+    assert "suspect since:" in projected
 
 
 def test_feedback_keeps_every_judgement_and_checks_its_input(world):
@@ -129,3 +137,24 @@ def test_feedback_keeps_every_judgement_and_checks_its_input(world):
         store.feedback(run_id, "score", score=3)
     with pytest.raises(UsageError, match="no run 'nope'"):
         store.feedback("nope", "wrong")
+
+
+def test_the_command_line_marks_and_answers(world, tmp_path):
+    store, _, _, runs, bad, _, _ = world
+    path = str(tmp_path / "copy.duckdb")
+    store.flush()
+    store.con.execute("CHECKPOINT")
+    shutil.copyfile(store.path, path)  # the CLI opens the file itself (writable for `mark`)
+    target = runs["C"][1].run_id
+    out = io.StringIO()
+    assert main(["mark", target[:10], "wrong", "--note", "bad tone", "--by", "ana", "--db", path], out=out) == 0
+    assert f"marked run {target} answer wrong" in out.getvalue()
+    out = io.StringIO()
+    assert main(["affected", bad, "--db", path, "--json"], out=out) == 0
+    assert len(json.loads(out.getvalue())["runs"]) == 23
+    out = io.StringIO()
+    assert main(["blame", "--db", path], out=out) == 0
+    text = out.getvalue()
+    assert "statistical" in text and f"memory:{bad}" in text.splitlines()[4]
+    with pytest.raises(SystemExit):  # argparse refuses a verdict that is not one of the choices
+        main(["mark", target, "meh", "--db", path], out=io.StringIO())

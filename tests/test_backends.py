@@ -264,3 +264,10 @@ def test_read_only_sql_cannot_change_the_store(store_factory):
     with pytest.raises(TracememError):
         reader.sql("SELECT * FROM no_such_table")
     assert reader.sql("SELECT count(*) FROM runs").fetchall() == [(1,)]
+
+
+def test_every_duckdb_schema_version_has_its_postgresql_statements():
+    from tracemem.store.pg.schema import PG_MIGRATIONS
+    from tracemem.store.tables import MIGRATIONS
+
+    assert sorted(PG_MIGRATIONS) == sorted(MIGRATIONS) == list(range(2, SCHEMA_VERSION + 1))

@@ -85,3 +85,18 @@ def test_run_all_writes_results(tmp_path: Path) -> None:
     text = out.read_text()
     assert "## Goals" in text and "engine overhead" in text and "## Output: store.py" in text
     assert "not parsed" not in text
+
+
+def test_blame_bench_prints_its_measures() -> None:
+    out = run("bench/blame.py", "--runs", "2000", "--memories", "300", "--reps", "1")
+    assert "affected(memory used by 20 runs)" in out and "blame over every judged run" in out
+    assert "ranks the planted memory first" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("starlette") is None, reason="the viewer needs the ui extra")
+def test_ui_bench_prints_its_figures() -> None:
+    out = run("bench/ui.py", "--runs", "500", "--steps", "60", "--reps", "1")
+    assert "500 runs" in out and "baseline: open the store read-only" in out
+    for label in ("runs page ", "run page, 6", "backtrack page, 6", "SQL page (fenced)"):
+        assert label in out, label
+    assert "goal ≤ 200 ms" in out and "goal ≤ 300 ms" in out

@@ -121,7 +121,7 @@ def test_runs_table_and_json(db):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject",
-                                "error"]
+                                "error", "degraded"]
     for run_id in db["runs"] + [db["failed"], db["outer"]]:
         assert run_id in out
     assert db["child"] not in out  # subflow children are listed under their parent
@@ -220,7 +220,7 @@ def test_backtrack_text_only_json_mermaid(db):
     code, out = cli("backtrack", run_id, "answer", "--db", db["path"], "--mermaid")
     assert code == 0 and out.startswith("flowchart BT")
 
-    code, out = cli("backtrack", run_id, "nothing_here", "--db", db["path"])
+    code, out = cli("backtrack", run_id, "question", "--db", db["path"])  # a field no stage wrote: the input
     assert code == 0 and "never written" in out
 
 

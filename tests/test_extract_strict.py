@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from stages import AgentScope, extract_memories
-from stages.extract import DEGRADED, EXTRACTION_SCHEMA, ExtractedFact, ExtractedFacts
+from stages.extract import EXTRACTION_SCHEMA, ExtractedFact, ExtractedFacts
 from tracemem import Pipeline
 from tracemem.models import ModelError, OpenAICompatibleModel
 from tracemem.store import Store
@@ -282,7 +282,8 @@ def test_extraction_works_against_a_strict_server(server, fine_tuned):
     run = run_extraction(server, store)
     assert run.status == "ok" and run.output.extraction["error"] is None
     assert [m.text for m in store.memory.list(SUBJECT)] == ["User is vegetarian", "User lives in Lyon"]
-    assert DEGRADED not in run.rows and "degraded" not in run.output.extraction
+    assert run.degraded is None and "degraded" not in run.output.extraction
+    assert store.runs()[0]["degraded"] is None
     [request] = server.requests
     fmt = request["response_format"]
     assert fmt == {"type": "json_schema", "json_schema": {"name": "extracted_facts", "schema": EXTRACTION_SCHEMA,
@@ -326,18 +327,17 @@ def test_a_400_marks_the_step_degraded_and_reaches_on_error(server, tmp_path, du
     run = run_extraction(server, store, model="gpt-3.5-turbo", on_error=errors.append, durability=durability)
     # the run succeeds without its memories ...
     assert run.status == "ok" and store.memory.list(SUBJECT) == []
-    # ... and says so: on_error, the step log, a `_degraded` row of the step, an error span, the report
+    # ... and says so: on_error, the step log, the run marked degraded (ctx.degrade), an error span, the report
     [err] = errors
     assert isinstance(err, ModelError) and err.status == 400 and "not supported with this model" in str(err)
     step = run.step("extract_memories")
     assert step.status == "ok" and any(line.startswith("extract_memories failed: ModelError: ") and "HTTP 400" in line
                                        for line in step.logs)
-    [marker] = run.rows[DEGRADED]
-    assert marker == {"run_id": run.run_id, "step": step.step, "stage": "extract_memories",
-                      "reason": marker["reason"], "error_type": "ModelError", "http_status": 400}
+    marker = run.output.extraction["degraded"]
+    assert marker == {"stage": "extract_memories", "reason": marker["reason"], "error_type": "ModelError",
+                      "http_status": 400}
     assert marker["reason"].startswith("memory extraction failed: ModelError: ") and "HTTP 400" in marker["reason"]
-    assert run.output.extraction["degraded"] == {k: marker[k] for k in ("stage", "reason", "error_type",
-                                                                        "http_status")}
+    assert run.degraded == f"extract_memories: {marker['reason']}"
     [span] = [s for s in run.rows["_span"] if s["name"] == "extract_memories failed"]
     assert span["attributes"]["error.type"] == "ModelError" and span["attributes"]["tracemem.degraded"] is True
     # the refused call is on disk with its error, so SQL finds it after the process is gone
@@ -347,6 +347,10 @@ def test_a_400_marks_the_step_degraded_and_reaches_on_error(server, tmp_path, du
     [(model, error)] = reopened.sql("SELECT model, error FROM model_calls WHERE run_id = ?",
                                     [run.run_id]).fetchall()
     assert status == "ok" and model == "gpt-3.5-turbo" and "HTTP 400" in error
+    # the run listing says it is degraded, and why
+    [listed] = reopened.runs()
+    assert listed["status"] == "ok" and listed["degraded"] == run.degraded
+    assert reopened.run(run.run_id).degraded == run.degraded
     reopened.close()
 
 
@@ -356,9 +360,9 @@ def test_a_bad_reply_is_degraded_without_an_http_status(server):
     chat = OpenAICompatibleModel(server.url, "local-llama", max_retries=0)
     flow = Pipeline("chat", Turn).then(extract_memories(chat, into="extraction")).build()
     run = flow.run({"question": "I'm vegetarian", "answer": "Noted!"}, store=store, subject=SUBJECT)
-    [marker] = run.rows[DEGRADED]
+    marker = run.output.extraction["degraded"]
     assert run.status == "ok" and marker["error_type"] == "TracememError" and marker["http_status"] is None
-    assert "invalid JSON" in marker["reason"]
+    assert "invalid JSON" in marker["reason"] and "invalid JSON" in run.degraded
 
 
 def test_a_failed_extraction_is_an_error_span_in_opentelemetry(server):

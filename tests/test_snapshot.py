@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from stages import load_snapshot
-from tracemem import Pipeline, TracememError, decide
+from tracemem import Pipeline, PipelineError, TracememError, decide
 from tracemem.store import Store
 
 QUERY = "Can I get a refund for my order?"
@@ -117,7 +117,9 @@ def test_nothing_above_the_threshold_injects_nothing(store, embedder):
     seed(store, [PAST[0.69]], embedder=embedder)
     run = flow(embedder=embedder).run({"question": QUERY}, store=store)
     assert run.output.snapshot == "" and uses(store, run) == []
-    assert run.step("load_snapshot").logs == ("load_snapshot: no past run at cosine ≥ 0.7; nothing injected",)
+    closest = store.runs(pipeline="triage")[-1]["run_id"]
+    assert run.step("load_snapshot").logs == (
+        f"load_snapshot: no past run at cosine ≥ 0.7 (closest: run {closest} at 0.69); nothing injected",)
     assert run.output.answer == "refunds: new"
 
 
@@ -191,7 +193,8 @@ def header(past):
 
 def test_projection_decisions(store, embedder):
     past, run, text = past_and_new(store, embedder, "decisions")
-    assert text == header(past) + "\n  route chose 'refunds' because 'asks about a refund'"
+    # the rule that matched, and the value it read (decide() records it)
+    assert text == header(past) + f"\n  route chose 'refunds' because 'asks about a refund' (read question = '{PAST[0.71]}')"
     assert run.output.answer == "refunds: seen before"
 
 
@@ -207,7 +210,7 @@ def test_projection_writes(store, embedder):
 
 def test_projection_full(store, embedder):
     past, _, text = past_and_new(store, embedder, "full")
-    assert text == header(past) + ("\n  route chose 'refunds' because 'asks about a refund'"
+    assert text == header(past) + (f"\n  route chose 'refunds' because 'asks about a refund' (read question = '{PAST[0.71]}')"
                                    '\n  answer: "refunds: new"'
                                    '\n  snapshot set ""\n  category set "refunds"\n  answer set "refunds: new"')
 
@@ -276,3 +279,64 @@ def test_a_failed_past_run_is_passed_over(store, embedder):
     failing.run({"question": PAST[0.71]}, store=only_failed, raise_on_error=False)
     run = flow(embedder=embedder).run({"question": QUERY}, store=only_failed)
     assert run.output.snapshot == "" and uses(only_failed, run) == []
+
+
+# -- the query load_snapshot needs (issue 18, item 2) -------------------------------------------------------
+
+class Plain(BaseModel):
+    task: str = ""
+    snapshot: str = ""
+
+
+def test_the_query_defaults_to_the_scope_question_field(store, embedder):
+    def build():  # no query= : Ticket has a `question` field, so runs record it
+        return Pipeline("triage", Ticket).then(load_snapshot(embedder=embedder, min_score=0.5)).then(respond).build()
+    first = build().run({"question": PAST[0.71]}, store=store)
+    second = build().run({"question": QUERY}, store=store)
+    assert store.sql("SELECT query FROM runs WHERE run_id = ?", [first.run_id]).fetchall() == [(PAST[0.71],)]
+    assert [r[1] for r in uses(store, second)] == [first.run_id]
+
+
+def test_load_snapshot_in_a_pipeline_that_records_no_query_fails_when_built():
+    with pytest.raises(PipelineError, match=r"stage 'load_snapshot' finds past runs by the query each run recorded, "
+                                            r"but the pipeline records no query: Plain has no `question` field; "
+                                            r"name the field holding the question with "
+                                            r"Pipeline\('tasks', Plain, query='<field>'\)"):
+        Pipeline("tasks", Plain).then(load_snapshot()).build()
+    Pipeline("tasks", Plain, query="task").then(load_snapshot()).build()  # named: fine
+    with pytest.raises(PipelineError, match=r"query='taks' names no field of Plain \(fields: task, snapshot\)"):
+        Pipeline("tasks", Plain, query="taks").then(load_snapshot()).build()
+
+
+def test_the_log_says_past_runs_recorded_no_query(store, embedder):
+    unrecorded = Pipeline("triage", Ticket, query="").then(respond).build()  # query="" records none
+    for q in PAST.values():
+        unrecorded.run({"question": q}, store=store)
+    run = flow(embedder=embedder).run({"question": QUERY}, store=store)
+    assert run.output.snapshot == ""
+    assert run.step("load_snapshot").logs == (
+        "load_snapshot: none of the 3 past runs of 'triage' recorded a query, so none can match; build the pipeline "
+        "with Pipeline('triage', ..., query='<field holding the question>'); nothing injected",)
+
+
+def test_the_log_says_there_is_no_past_run_yet(store, embedder):
+    run = flow(embedder=embedder).run({"question": QUERY}, store=store)
+    assert run.step("load_snapshot").logs == (
+        "load_snapshot: no past run of 'triage' to compare with yet; nothing injected",)
+
+
+def test_the_log_says_past_queries_were_embedded_by_another_embedder(tmp_path, embedder):
+    path = str(tmp_path / "snap.duckdb")
+    with Store(path, snapshot_embedder=HandEmbedder("hand-v2")) as s:
+        seed(s, [PAST[0.71]], embedder=HandEmbedder("hand-v2"))
+    with Store(path, snapshot_embedder=embedder) as s:
+        run = flow(embedder=embedder).run({"question": QUERY}, store=s)
+        assert run.step("load_snapshot").logs == (
+            "load_snapshot: no past run of 'triage' has its query embedded with hand-v1; nothing injected",)
+
+
+def test_an_injection_is_logged_with_run_score_and_projection(store, embedder):
+    past = seed(store, [PAST[0.71]], embedder=embedder)[PAST[0.71]]
+    run = flow(embedder=embedder).run({"question": QUERY}, store=store)
+    assert run.step("load_snapshot").logs == (
+        f"load_snapshot: injected past run {past.run_id} (similarity 0.71, projection 'decisions')",)

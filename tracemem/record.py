@@ -7,7 +7,7 @@ the run was recorded in, so they never reach into the store itself.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Literal, NamedTuple, Optional, Protocol
 
 if TYPE_CHECKING:
     from .run import Run
@@ -78,3 +78,5 @@ class RunLoader(Protocol):
     def run(self, run_id: str) -> "Run": ...
 
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]: ...
+
+    def suspect(self, run_ids: Iterable[str]) -> dict[str, str]: ...

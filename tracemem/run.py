@@ -39,6 +39,7 @@ class Run:
         self.ended_at: Optional[int] = None
         self.status = "running"
         self.error: Optional[str] = None
+        self.degraded: Optional[str] = None  # why a run that ends ok did less than it should (ctx.degrade)
         self._output: Any = None
         self.output_json: Optional[str] = None  # runs.output: see ScopeSchema.dump_output
         self.steps: list[Step] = []

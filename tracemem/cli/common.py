@@ -14,6 +14,18 @@ Command = tuple[str, Setup, Handler]  # (help, add its arguments, run it)
 Commands = Mapping[str, Command]
 
 
+def common_options() -> argparse.ArgumentParser:
+    """The options every command (and sub-command) takes, as an argparse parent."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS,
+                        help="store: a DuckDB file or a postgresql:// URL (default: $TRACEMEM_DB or "
+                             "./tracemem.duckdb)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output (JSON; NaN and Infinity, which JSON lacks, become null; "
+                             "times are ISO 8601 UTC strings)")
+    return common
+
+
 def db_path(args: argparse.Namespace) -> str:
     """The store a command works on: --db (a file or a postgresql:// URL), else $TRACEMEM_DB, else
     ./tracemem.duckdb."""

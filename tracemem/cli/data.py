@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Optional
+
+import duckdb
 
 from ..errors import TracememError
 from ..times import utc_naive, utc_now
@@ -13,7 +16,9 @@ from .render import Progress, table, to_json
 
 def setup_sql(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", help="SQL over the store's tables (see the README's SQL reference)")
-    p.add_argument("--write", action="store_true", help="allow changes and full SQL (default: read-only)")
+    p.add_argument("--write", action="store_true",
+                   help="allow changes and full SQL (default: read-only); warns when the memories table changes, "
+                        "since such a change leaves no memory_events trail")
 
 
 def setup_memories(p: argparse.ArgumentParser) -> None:
@@ -31,19 +36,45 @@ def setup_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", help="where to write <table>.parquet files")
 
 
+def _memories_state(store: Any) -> Optional[tuple[Any, ...]]:
+    """A fingerprint of the memories table (row count, hash of every row); None when it cannot be read."""
+    try:
+        return tuple(store.sql("SELECT count(*), bit_xor(hash(m)) FROM memories m").fetchall()[0])
+    except TracememError:
+        return None
+
+
+def _changes_data(query: str) -> bool:
+    """Whether the SQL holds a statement other than a query (DuckDB's parser says, not a text search)."""
+    try:
+        return any(s.type.name not in ("SELECT", "EXPLAIN") for s in duckdb.extract_statements(query))
+    except duckdb.Error:
+        return True
+
+
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
     from ..store.user_sql import ReadOnlySQLError
 
     with open_store(args, write=args.write) as store:
+        # DuckDB cannot name the tables of an UPDATE or DELETE before running it (get_table_names refuses
+        # them), so a write is checked by what it did: the memories table before and after
+        before = _memories_state(store) if args.write and _changes_data(args.query) else None
         try:
             rel = store.sql(args.query)
         except ReadOnlySQLError as err:
             raise TracememError(f"tracemem sql is read-only: {err.refused}. Use --write to change the store "
                                 f"or run SQL with full access") from None
+        if before is not None and _memories_state(store) != before:
+            print("tracemem: warning: this SQL changed the memories table directly, so memory_events has no record "
+                  "of the change (what, when, why); to keep the trail use `tracemem memory flag|forget|supersede` "
+                  "or store.memory in Python", file=sys.stderr)
         if rel is None:
             print("ok", file=out)
             return
-        cols, rows = rel.columns, rel.fetchall()
+        try:  # DuckDB runs a query lazily: a conversion or runtime error surfaces here
+            cols, rows = rel.columns, rel.fetchall()
+        except duckdb.Error as err:
+            raise TracememError(f"SQL error: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     if wants_json(args):
         print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
     else:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence, TextIO
 
 from ..text import clip
 
-__all__ = ["Progress", "Visible", "cell", "table", "to_json", "visible"]
+__all__ = ["Progress", "Visible", "cell", "iso", "iso_ns", "table", "to_json", "visible"]
 
 # C0 controls but newline and tab, DEL, C1 controls (0x9b is a one-byte CSI), bidi overrides
 _ESCAPES = {chr(c): f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
@@ -70,14 +70,32 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], width: int = 60
     return "\n".join(lines)
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
+def iso(when: datetime) -> str:
+    """The one time format of `--json` output: ISO 8601 in UTC, e.g. 2025-01-31T09:15:02.123456Z
+    (stored times are naive UTC; an aware time is converted)."""
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return when.isoformat(timespec="microseconds") + "Z"
+
+
+def iso_ns(ns: Any) -> Any:
+    """`iso()` of a time recorded as nanoseconds since the epoch (None stays None)."""
+    return None if ns is None else iso(_EPOCH + timedelta(microseconds=int(ns) // 1000))
+
+
 def to_json(value: Any) -> str:
-    """JSON for scripts. NaN and ±Infinity are not JSON: they become null."""
+    """JSON for scripts: times as `iso()` strings; NaN and ±Infinity, which JSON lacks, become null."""
     return json.dumps(_finite(value), default=str, indent=2, allow_nan=False)
 
 
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, datetime):
+        return iso(value)
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

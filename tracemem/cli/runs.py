@@ -6,7 +6,10 @@ import json
 from typing import Any
 
 from .common import Commands, open_store, resolve_run, wants_json
+from .details import calls_text, logs_text, prompts_text, run_json, summary_line
 from .render import table, to_json
+
+CUT = 200  # characters of each final scope value `show` prints unless --full
 
 
 def setup_runs(p: argparse.ArgumentParser) -> None:
@@ -18,6 +21,14 @@ def setup_runs(p: argparse.ArgumentParser) -> None:
 
 def setup_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run id or a unique prefix of one")
+    p.add_argument("--calls", action="store_true",
+                   help="also print every model call: model, tokens, duration, error and the whole reply")
+    p.add_argument("--prompts", action="store_true",
+                   help="also print every assembled prompt, section by section, each with its source")
+    p.add_argument("--logs", action="store_true", help="also print every step's log lines")
+    p.add_argument("--full", action="store_true",
+                   help=f"all of --calls, --prompts and --logs, and final scope values uncut "
+                        f"(otherwise cut at {CUT} characters)")
 
 
 def cmd_runs(args: argparse.Namespace, out: Any) -> None:
@@ -26,45 +37,52 @@ def cmd_runs(args: argparse.Namespace, out: Any) -> None:
     if wants_json(args):
         print(to_json(rows), file=out)
         return
-    cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error"]
+    cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error", "degraded"]
     print(table(cols, [[r[c] for c in cols] for r in rows], width=50), file=out)
 
 
 def cmd_show(args: argparse.Namespace, out: Any) -> None:
     with open_store(args) as store:
         run = store.run(resolve_run(store, args.run))
-        if wants_json(args):
-            print(to_json({
-                "run_id": run.run_id, "pipeline": run.pipeline, "status": run.status, "error": run.error,
-                "subject": run.subject, "trace_id": run.trace_id, "parent_run_id": run.parent_run_id,
-                "continues": run.continues, "steps": [s._asdict() for s in run.steps],
-                "decisions": [d._asdict() for d in run.decisions], "output": json.loads(run.output_json or "null"),
-                "final_state": run.state_at() if run.schema is None else json.loads(run.output.model_dump_json()),
-            }), file=out)
-            return
-        duration = (run.ended_at - run.started_at) / 1e6 if run.ended_at else None
-        print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
-        for label, value in (("error", run.error), ("subject", run.subject), ("trace id", run.trace_id),
-                             ("parent run", run.parent_run_id), ("continues run", run.continues),
-                             ("duration", f"{duration:.2f} ms" if duration is not None else None)):
-            if value:
-                print(f"  {label}: {value}", file=out)
-        print("\nsteps", file=out)
-        print(table(["step", "stage", "kind", "iter", "status", "ms", "routed_by", "error"],
-                    [[s.step, s.stage, s.kind, s.iteration, s.status, round((s.ended_at - s.started_at) / 1e6, 3),
-                      s.routed_by, s.error] for s in run.steps]), file=out)
-        if run.decisions:
-            print("\ndecisions", file=out)
-            print(table(["step", "chosen", "evidence"], [[d.step, d.chosen, d.evidence] for d in run.decisions],
-                        width=90), file=out)
-        print("\nfinal scope", file=out)
         final = run.state_at()
         data = json.loads(final.model_dump_json()) if hasattr(final, "model_dump_json") else final
-        for key, value in data.items():
-            print(f"  {key}: {json.dumps(value, default=str)[:200]}", file=out)
+        if wants_json(args):
+            print(to_json(run_json(run, json.loads(run.output_json or "null"), data)), file=out)
+            return
+    duration = (run.ended_at - run.started_at) / 1e6 if run.ended_at else None
+    print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
+    for label, value in (("error", run.error), ("degraded", run.degraded), ("subject", run.subject),
+                         ("trace id", run.trace_id), ("parent run", run.parent_run_id),
+                         ("continues run", run.continues),
+                         ("duration", f"{duration:.2f} ms" if duration is not None else None)):
+        if value:
+            print(f"  {label}: {value}", file=out)
+    print("\nsteps", file=out)
+    print(table(["step", "stage", "kind", "iter", "status", "ms", "routed_by", "error"],
+                [[s.step, s.stage, s.kind, s.iteration, s.status, round((s.ended_at - s.started_at) / 1e6, 3),
+                  s.routed_by, s.error] for s in run.steps]), file=out)
+    if run.decisions:
+        print("\ndecisions", file=out)
+        print(table(["step", "chosen", "evidence"], [[d.step, d.chosen, d.evidence] for d in run.decisions],
+                    width=10**6 if args.full else 90), file=out)
+    for flag, title, text in (("calls", "model calls", calls_text), ("prompts", "prompts", prompts_text),
+                              ("logs", "step logs", logs_text)):
+        if args.full or getattr(args, flag):
+            print(f"\n{title}", file=out)
+            print(text(run), file=out)
+    print("\nfinal scope", file=out)
+    for key, value in data.items():
+        shown = json.dumps(value, default=str)
+        if not args.full and len(shown) > CUT:
+            shown = f"{shown[:CUT]}… (--full shows all {len(shown)} characters)"
+        print(f"  {key}: {shown}", file=out)
+    more = summary_line(run)
+    if more and not (args.full or args.calls or args.prompts or args.logs):
+        print(f"\n{more}", file=out)
 
 
 COMMANDS: Commands = {
     "runs": ("list runs, newest first", setup_runs, cmd_runs),
-    "show": ("one run: steps, decisions, output", setup_show, cmd_show),
+    "show": ("one run: steps, decisions, output (--calls, --prompts, --logs, --full for the rest)", setup_show,
+             cmd_show),
 }

@@ -1,7 +1,8 @@
 """The optional second parameter of a stage: run facts, untracked dependencies, recorded model calls.
 
 A stage that takes `ctx` can log lines kept with its step, leave a loop, call a
-chat model so that the call is recorded (`ctx.complete`), and emit extra rows
+chat model so that the call is recorded (`ctx.complete`), mark the run degraded
+while it still succeeds (`ctx.degrade`), and emit extra rows
 (`model_calls`, `prompt_sections`, ...) tied to its step. Everything it records
 goes into the step's recorder, which the runner hands to the sinks.
 """
@@ -53,6 +54,14 @@ class StageContext:
     def log(self, message: str) -> None:
         """A line kept with this step (`steps.logs`)."""
         self._rec.logs.append(str(message))
+
+    def degrade(self, reason: str) -> None:
+        """Mark the run degraded: it still ends `ok`, but did less than it should (e.g. memory extraction
+        failed). The reason, prefixed with this stage's id, goes to `runs.degraded` (shown by `tracemem runs`,
+        `show` and `store.runs()`) and to this step's log; several reasons are joined with "; "."""
+        text = f"{self.stage}: {str(reason).strip() or 'degraded'}"
+        self.run.degraded = text if not self.run.degraded else f"{self.run.degraded}; {text}"
+        self._rec.logs.append(f"degraded: {reason}")
 
     def span(self, name: str, *, kind: str = "internal", attributes: Optional[dict[str, Any]] = None,
              start_ns: Optional[int] = None, end_ns: Optional[int] = None) -> None:

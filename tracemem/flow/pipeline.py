@@ -47,7 +47,9 @@ class Pipeline(Generic[S]):
         self.scope = scope
         self.description = description
         self.max_iterations = max_iterations
-        self.query = query  # scope path holding the run's question (used by run snapshots)
+        # scope path holding the run's question (`runs.query`, embedded for run snapshots); None: the scope's
+        # `question` field if it has one; "": none
+        self.query = query
         self.nodes: list[Node] = []
 
     def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,

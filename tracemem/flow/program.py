@@ -80,7 +80,7 @@ class Program:
         self._validate()
         self.name = pipeline.name
         self.scope = pipeline.scope
-        self.query = pipeline.query
+        self.query = self._query()
         self.max_iterations = pipeline.max_iterations
         self.schema = ScopeSchema(pipeline.scope)
         self.view_class: type[ScopeView] = view_class(self.schema)
@@ -238,6 +238,24 @@ class Program:
                 if exits:
                     g.add_edge(ins.id, self.node_at(i + 1), label="exit")
         return g
+
+    def _query(self) -> Optional[str]:
+        """The scope path holding each run's question (`runs.query`, which run snapshots embed): the
+        pipeline's `query=`, else the scope's `question` field when it has one ('' turns it off). A stage
+        whose function has a `requires_query` attribute (load_snapshot) refuses a pipeline without one."""
+        pipeline, fields = self.pipeline, self.pipeline.scope.model_fields
+        query = pipeline.query if pipeline.query is not None else ("question" if "question" in fields else None)
+        if query and query.split(".")[0].split("[")[0] not in fields:
+            raise PipelineError(f"pipeline '{pipeline.name}': query='{query}' names no field of "
+                                f"{pipeline.scope.__name__} (fields: {', '.join(fields)})")
+        for spec in self.specs:
+            needs = getattr(spec.fn, "requires_query", None)
+            if needs and not query:
+                raise PipelineError(
+                    f"pipeline '{pipeline.name}': stage '{spec.id}' {needs}, but the pipeline records no query: "
+                    f"{pipeline.scope.__name__} has no `question` field; name the field holding the question with "
+                    f"Pipeline('{pipeline.name}', {pipeline.scope.__name__}, query='<field>')")
+        return query or None
 
     def _validate(self) -> None:
         g, name = self.graph, self.pipeline.name

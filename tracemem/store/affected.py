@@ -165,48 +165,64 @@ def affected(con: Any, source: Any, *, max_runs: int = 100_000) -> AffectedRepor
     while pending and len(report.runs) < max_runs:
         batch, pending = pending, {}
         record = _Record(con, list(batch))
+        tainted_steps: dict[str, set[int]] = {}
+        final_fields: dict[str, set[str]] = {}
         for run_id, entries in batch.items():
-            carried = carried_in.pop(run_id, set())
-            steps, paths, final = _propagate(record, run_id, entries, carried)
+            steps, paths, final = _propagate(record, run_id, entries, carried_in.pop(run_id, set()))
             if not steps and not final:
                 continue
             how = entries[min(entries)] if entries else "carried over from the run it continues"
             known = report.runs.setdefault(run_id, AffectedRun(run_id, how))
-            known.paths = sorted(set(known.paths) | paths | {f"{f} (carried)" for f in final - paths
-                                                              if f not in {root_of(p) for p in paths}})
+            roots = {root_of(p) for p in paths}
+            known.paths = sorted(set(known.paths) | paths | {f"{f} (carried)" for f in final if f not in roots})
             known.steps = sorted(set(known.steps) | steps)
             for step in steps:
                 child = record.children.get((run_id, step))
                 if child and child not in report.runs:
                     pending.setdefault(child, {})[ALL] = f"subflow of run {run_id}"
-            _follow(con, run_id, steps, final, pending, carried_in, report, seen)
+            if steps:
+                tainted_steps[run_id] = steps
+            if final:
+                final_fields[run_id] = final
+        _follow(con, tainted_steps, final_fields, pending, carried_in, report, seen)
     return report
 
 
-def _follow(con: Any, run_id: str, steps: set[int], final: set[str], pending: dict[str, dict[int, str]],
+def _follow(con: Any, tainted: dict[str, set[int]], final: dict[str, set[str]], pending: dict[str, dict[int, str]],
             carried_in: dict[str, set[str]], report: AffectedReport, seen: set[str]) -> None:
-    """Queue what a tainted run passes the taint on to."""
-    for memory_id, in con.execute(
-            "SELECT memory_id FROM memories WHERE source_run_id = ? AND source_step IN (SELECT unnest(?::INTEGER[]))",
-            [run_id, sorted(steps)]).fetchall():
-        if memory_id in seen:
-            continue
-        seen.add(memory_id)
-        report.memories.append(memory_id)
-        for rid, step, how in _entries(con, Source("memory", memory_id)):
-            if rid != run_id:
-                pending.setdefault(rid, {})[step] = f"{how}, learned in run {run_id}"
-    if steps:
-        for rid, step in con.execute("SELECT run_id, step FROM snapshot_uses WHERE source_run_id = ?",
-                                     [run_id]).fetchall():
+    """Queue what a batch of tainted runs passes the taint on to (a few queries per batch, not per run)."""
+    pairs = [(r, s) for r, steps in tainted.items() for s in steps]
+    ids = sorted(tainted)
+    learned = con.execute(
+        "SELECT m.memory_id, m.source_run_id FROM memories m JOIN (SELECT unnest(?::VARCHAR[]) AS r, "
+        "unnest(?::INTEGER[]) AS s) t ON m.source_run_id = t.r AND m.source_step = t.s",
+        [[p[0] for p in pairs], [p[1] for p in pairs]]).fetchall() if pairs else []
+    fresh = {m: r for m, r in learned if m not in seen}
+    seen.update(fresh)
+    report.memories.extend(sorted(fresh))
+    if fresh:
+        for rid, step, how, memory_id in con.execute(
+                "SELECT run_id, step, 'memory ' || memory_id || ' injected', memory_id FROM memory_uses "
+                "WHERE outcome = 'injected' AND memory_id IN (SELECT unnest(?::VARCHAR[])) UNION "
+                "SELECT run_id, step, 'memory ' || source_id || ' quoted in a prompt', source_id FROM "
+                "prompt_sections WHERE source_kind = 'memory' AND source_id IN (SELECT unnest(?::VARCHAR[]))",
+                [sorted(fresh), sorted(fresh)]).fetchall():
+            if rid != fresh[memory_id]:
+                pending.setdefault(rid, {})[step] = f"{how}, learned in run {fresh[memory_id]}"
+    if ids:
+        for rid, step, source_run in con.execute(
+                "SELECT run_id, step, source_run_id FROM snapshot_uses WHERE source_run_id IN "
+                "(SELECT unnest(?::VARCHAR[]))", [ids]).fetchall():
             if rid not in report.runs or step not in report.runs[rid].steps:
-                pending.setdefault(rid, {})[step] = f"loaded run {run_id} as a snapshot"
-    if final:
-        for nxt, in con.execute("SELECT run_id FROM runs WHERE continues_run_id = ?", [run_id]).fetchall():
-            carried_in.setdefault(nxt, set()).update(final)
-            pending.setdefault(nxt, {})
-    if steps:
-        for parent, parent_step in con.execute("SELECT parent_run_id, parent_step FROM runs WHERE run_id = ? "
-                                               "AND parent_run_id IS NOT NULL", [run_id]).fetchall():
+                pending.setdefault(rid, {})[step] = f"loaded run {source_run} as a snapshot"
+        for parent, parent_step, child in con.execute(
+                "SELECT parent_run_id, parent_step, run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[])) "
+                "AND parent_run_id IS NOT NULL", [ids]).fetchall():
             if parent not in report.runs:
-                pending.setdefault(parent, {})[parent_step] = f"subflow run {run_id}"
+                pending.setdefault(parent, {})[parent_step] = f"subflow run {child}"
+    if final:
+        for nxt, previous in con.execute(
+                "SELECT run_id, continues_run_id FROM runs WHERE continues_run_id IN (SELECT unnest(?::VARCHAR[]))",
+                [sorted(final)]).fetchall():
+            carried_in.setdefault(nxt, set()).update(final[previous])
+            pending.setdefault(nxt, {})

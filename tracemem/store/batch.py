@@ -4,7 +4,9 @@ Rows are collected as Python tuples and inserted per table as one Arrow table
 (`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
 hundreds of rows a second, Arrow batches hundreds of thousands. `COLUMNS` is the
 one list of every run table's columns and types: the journal, the loader and
-retention all read it from here.
+retention all read it from here. `duration_ms` (runs, steps, model_calls) is
+derived when a batch is inserted, never carried in the rows: from the recorded
+ns timestamps (a model call: its measured latency).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Optional, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
@@ -27,16 +30,16 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
-             ("continues_run_id", S)],
+             ("continues_run_id", S), ("degraded", S), ("duration_ms", F)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
-              ("child_run_id", S), ("logs", pa.list_(S))],
+              ("child_run_id", S), ("logs", pa.list_(S)), ("duration_ms", F)],
     "writes": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("verb", S), ("value", J)],
     "reads": [("run_id", S), ("step", I), ("seq", I), ("path", S), ("source_step", I), ("source_seq", I)],
     "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
     "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
                     ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
-                    ("started_at", NS), ("error", S)],
+                    ("started_at", NS), ("error", S), ("duration_ms", F)],
     "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
     "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
                         ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
@@ -49,6 +52,9 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "subflows": [("run_id", S), ("step", I), ("child_run_id", S), ("inputs", J), ("outputs", J)],
 }
 EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
+DERIVED = frozenset({"duration_ms"})  # computed by `Batch.insert`, never part of a row tuple
+GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED]
+                                                   for t, cols in COLUMNS.items()}
 _HOST = socket.gethostname()
 
 
@@ -57,25 +63,49 @@ def _json(value: Any) -> Optional[str]:
 
 
 def run_row(run: Run) -> tuple:
+    """The runs row (`GIVEN["runs"]` order) of a run."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id, run.continues)
+            run.subject, run.query, run.trace_id, run.continues, run.degraded)
+
+
+def padded_run_row(row: Sequence[Any]) -> tuple:
+    """A runs row journaled by an older version (fewer columns), padded with NULLs."""
+    return tuple(row) + (None,) * (len(GIVEN["runs"]) - len(row))
 
 
 def end_facts(run: Run) -> dict[str, Any]:
     """What the runs row learns when a run ends."""
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
-            "query": run.query, "trace_id": run.trace_id}
+            "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded}
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
-    cols = COLUMNS[table]
-    unknown = set(row) - {c for c, _ in cols}
+    cols = GIVEN[table]
+    unknown = set(row) - {c for c, _ in COLUMNS[table]}
     if unknown:
         raise TracememError(f"row for table '{table}' has unknown columns {sorted(unknown)}; "
                             f"columns are {[c for c, _ in cols]}")
     return tuple(_json(row.get(c)) if t == J and not isinstance(row.get(c), (str, type(None)))
                  else row.get(c) for c, t in cols)
+
+
+def _derived(table: str, arrays: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """The derived columns of a table's batch: `duration_ms` from the ns timestamps (or a call's latency)."""
+    if table == "model_calls":
+        return {"duration_ms": arrays["latency_ms"]}
+    if table in ("runs", "steps"):
+        ns = pc.subtract(arrays["ended_at"].cast(pa.int64()), arrays["started_at"].cast(pa.int64()))
+        return {"duration_ms": pc.divide(ns.cast(F), 1e6)}
+    return {}
+
+
+def table_arrays(table: str, columns: Sequence[Sequence[Any]]) -> dict[str, pa.Array]:
+    """A table's batch as Arrow arrays by column name: the given columns (`GIVEN` order) and the derived
+    ones (what every backend inserts)."""
+    arrays = {c: pa.array(values, type=t) for (c, t), values in zip(GIVEN[table], columns)}
+    arrays.update(_derived(table, arrays))
+    return arrays
 
 
 COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
@@ -105,7 +135,7 @@ class Batch:
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
-        self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in COLUMNS[t]] for t in COLUMNAR}
+        self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in GIVEN[t]] for t in COLUMNAR}
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
         self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
         self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
@@ -165,20 +195,20 @@ class Batch:
             tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
             tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
             for table, columns in tables:
-                cols = COLUMNS[table]
-                arrays = [pa.array(values, type=t) for (_, t), values in zip(cols, columns)]
-                batch = pa.Table.from_arrays(arrays, names=[c for c, _ in cols])
+                arrays = {c: pa.array(values, type=t) for (c, t), values in zip(GIVEN[table], columns)}
+                arrays.update(_derived(table, arrays))
+                batch = pa.Table.from_arrays(list(arrays.values()), names=list(arrays))
                 con.register("_tracemem_batch", batch)
                 try:
-                    con.execute(f"INSERT INTO {table} ({', '.join(c for c, _ in cols)}) "
-                                f"SELECT * FROM _tracemem_batch")
+                    con.execute(f"INSERT INTO {table} ({', '.join(arrays)}) SELECT * FROM _tracemem_batch")
                 finally:
                     con.unregister("_tracemem_batch")
             for run_id, end in self.finished:
                 con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
-                            "query = ?, trace_id = ? WHERE run_id = ?",
+                            "query = ?, trace_id = ?, degraded = ?, "
+                            "duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?",
                             [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
-                             end["trace_id"], run_id])
+                             end["trace_id"], end.get("degraded"), end["ended_at"], run_id])
             if self.journaled:
                 con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
                             [self.journaled])

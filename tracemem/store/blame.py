@@ -27,15 +27,18 @@ BASIS = ("statistical: Ochiai spectrum-based fault localisation over runs judged
          "co-occurrence, not cause — test a source with trace.counterfactual")
 FILTERS = ("pipeline", "pipeline_hash", "subject")
 
-# Each source a run (or one of its child runs) used: (kind, id).
+# Each source a run (or one of its child runs: `family`) used: (run, kind, id).
 SOURCES_SQL = """
-    SELECT run_id, 'memory' AS kind, memory_id AS id FROM memory_uses WHERE outcome = 'injected'
+    SELECT run_id, 'memory' AS kind, memory_id AS id FROM memory_uses
+        WHERE outcome = 'injected' AND run_id IN (SELECT run_id FROM family)
     UNION SELECT run_id, 'section', source_kind || ':' || source_id FROM prompt_sections
         WHERE source_kind IS NOT NULL AND source_id IS NOT NULL AND source_kind <> 'memory'
+        AND run_id IN (SELECT run_id FROM family)
     UNION SELECT s.run_id, 'stage', s.stage || '@' || r.pipeline_hash FROM steps s JOIN runs r USING (run_id)
-        WHERE s.status = 'ok'
-    UNION SELECT run_id, 'model', model FROM model_calls WHERE model IS NOT NULL
-    UNION SELECT run_id, 'snapshot', source_run_id FROM snapshot_uses"""
+        WHERE s.status = 'ok' AND s.run_id IN (SELECT run_id FROM family)
+    UNION SELECT run_id, 'model', model FROM model_calls
+        WHERE model IS NOT NULL AND run_id IN (SELECT run_id FROM family)
+    UNION SELECT run_id, 'snapshot', source_run_id FROM snapshot_uses WHERE run_id IN (SELECT run_id FROM family)"""
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ def blame(con: Any, *, path: str = "answer", where: Optional[dict[str, Any]] = N
         if when is not None:
             clauses.append(f"r.started_at {op} ?")
             params.append(utc_naive(when))
-    sources = SOURCES_SQL + ("\n    UNION SELECT run_id, 'tool', name FROM tool_calls" if tool_sources else "")
+    sources = SOURCES_SQL + ("\n    UNION SELECT run_id, 'tool', name FROM tool_calls "
+                             "WHERE run_id IN (SELECT run_id FROM family)" if tool_sources else "")
     # each judged run's latest judgement (a window, not DuckDB's arg_max: the same SQL runs on PostgreSQL)
     latest = f"""SELECT run_id, bad FROM (
             SELECT f.run_id, (f.verdict = 'wrong' OR (f.verdict = 'score' AND f.score < 0.5)) AS bad,

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-from .batch import Batch, end_facts, run_row
+from .batch import Batch, end_facts, padded_run_row, run_row
 
 
 def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
@@ -52,7 +52,7 @@ def replay(entries: Iterable[tuple[str, int, str, str]]) -> tuple[Batch, dict[st
             ends[run_id] = data
             continue
         if kind == "run":
-            batch.rows["runs"].append(tuple(data["run"]))
+            batch.rows["runs"].append(padded_run_row(data["run"]))
             ends[run_id] = None
         batch.add_steps(run_id, [Step(*s[:11], tuple(s[11])) for s in data["steps"]],
                         [Read(*r) for r in data["reads"]], [Write(*w) for w in data["writes"]],

@@ -43,16 +43,17 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
     """Run `run_id` with every row it recorded (and its child runs); `store` is kept as its loader."""
     head = first_row(con.execute(
         "SELECT pipeline, pipeline_hash, status, error, epoch_ns(started_at), epoch_ns(ended_at), input, output, "
-        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id FROM runs WHERE run_id = ?", [run_id]))
+        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id, degraded FROM runs WHERE run_id = ?",
+        [run_id]))
     if head is None:
         raise TracememError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
     (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject, query,
-     trace_id, continues) = head
+     trace_id, continues, degraded) = head
     run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
               schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
               started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
     run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
-    run.query, run.trace_id, run.store, run.continues = query, trace_id, store, continues
+    run.query, run.trace_id, run.store, run.continues, run.degraded = query, trace_id, store, continues, degraded
     run.steps = [Step(*row[:11], tuple(row[11] or ())) for row in con.execute(
         "SELECT step, stage, name, kind, iteration, status, error, epoch_ns(started_at), epoch_ns(ended_at), "
         "routed_by, child_run_id, logs FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]

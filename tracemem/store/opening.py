@@ -96,7 +96,7 @@ def recover_dead_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _owned_here(row: list, host: str) -> bool:
-    """Whether a journaled run row (writer.COLUMNS["runs"] order) belongs to a live process here."""
+    """Whether a journaled run row (batch.GIVEN["runs"] order) belongs to a live process here."""
     pid, row_host = row[11], row[12]
     return row_host == host and (pid == os.getpid() or _alive(pid))
 

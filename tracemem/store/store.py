@@ -167,8 +167,8 @@ class Store:
             where.append("parent_run_id IS NULL")
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         rel = self.sql(
-            "SELECT run_id, pipeline, status, error, started_at, ended_at, "
-            "round(epoch_ns(ended_at - started_at) / 1e6, 3) AS duration_ms, subject, parent_run_id, "
+            "SELECT run_id, pipeline, status, error, degraded, started_at, ended_at, "
+            "round(duration_ms, 3) AS duration_ms, subject, parent_run_id, "
             "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
             f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
         cols = rel.columns

@@ -15,7 +15,7 @@ from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -69,10 +69,23 @@ V3_MIGRATION: list[str] = [
        WHERE kind = 'subflow'""",
 ]
 
-# Version 4: judgements on recorded values, and the runs they (or flagged memories) make suspect.
-V4_MIGRATION: list[str] = [FEEDBACK_DDL, SUSPECT_VIEW_DDL]
+# Version 4: durations in milliseconds as columns (DuckDB 2 has no epoch_ms(TIMESTAMP_NS)), computed by the
+# writer from the recorded ns timestamps (model calls: their measured latency), and why a run that ended ok
+# did less than it should (`ctx.degrade(reason)`; NULL when it did not).
+V4_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN duration_ms DOUBLE",
+    "ALTER TABLE runs ADD COLUMN degraded VARCHAR",
+    "UPDATE runs SET duration_ms = (epoch_ns(ended_at) - epoch_ns(started_at)) / 1e6",
+    "ALTER TABLE steps ADD COLUMN duration_ms DOUBLE",
+    "UPDATE steps SET duration_ms = (epoch_ns(ended_at) - epoch_ns(started_at)) / 1e6",
+    "ALTER TABLE model_calls ADD COLUMN duration_ms DOUBLE",
+    "UPDATE model_calls SET duration_ms = latency_ms",
+]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION}
+# Version 5: judgements on recorded values, and the runs they (or flagged memories) make suspect.
+V5_MIGRATION: list[str] = [FEEDBACK_DDL, SUSPECT_VIEW_DDL]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback")
@@ -118,7 +131,7 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         if read_only:
             raise TracememError(
                 f"{path} uses schema v{version} and needs migrating to v{SCHEMA_VERSION}; "
-                f"open it once without read_only (e.g. `tracemem runs --db {path} --write`)")
+                f"open it once without read_only (Store('{path}'), or `tracemem sql \"SELECT 1\" --write --db {path}`)")
         con.execute("BEGIN TRANSACTION")
         try:
             for ddl in MEMORY_DDL:

@@ -3,6 +3,6 @@
 `walk` builds the graph from a run's record (and `sources` extends it beyond the
 scope); `trace` renders it.
 """
-from .trace import Trace, describe, describe_decision
+from .trace import KINDS, Trace, describe, describe_decision
 
-__all__ = ["Trace", "describe", "describe_decision"]
+__all__ = ["KINDS", "Trace", "describe", "describe_decision"]

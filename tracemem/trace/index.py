@@ -46,6 +46,10 @@ class RunIndex:
                 return w
         return None
 
+    def model_output(self, read: Read) -> bool:
+        """Whether a read saw a value written by a step that called a model (a reply, not the user's words)."""
+        return read.source_step is not None and bool(self.rows("model_calls", read.source_step))
+
     def rows(self, table: str, step: int) -> list[dict[str, Any]]:
         """The extra rows (`model_calls`, `memory_uses`, ...) one step emitted."""
         by_step = self._rows_by_step.get(table)

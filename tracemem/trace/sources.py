@@ -2,7 +2,10 @@
 
 For any step on a trace, the rows that step emitted (`model_calls`,
 `memory_uses`, `snapshot_uses`) become nodes, and from a memory the walk
-continues, through its provenance, into the run and step that extracted it.
+continues, through its provenance, into the run and step that extracted it —
+following there only what explains the memory: the extraction's model call and
+the reads that carried the user's turn (the question, the turn id), not the
+values a model wrote (the assistant's reply), which the extraction also read.
 The walker calls `step_sources` for every write and step it expands.
 """
 from __future__ import annotations
@@ -32,11 +35,13 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -
     for use in idx.rows("memory_uses", step):
         if use["outcome"] == "injected":
             memory_node(w, node, use["memory_id"], depth, "source")
-    for use in idx.rows("snapshot_uses", step):
+    uses = idx.rows("snapshot_uses", step)
+    suspect = w.store.suspect([u["source_run_id"] for u in uses]) if uses and w.store is not None else {}
+    for use in uses:
         child = f"run:{use['source_run_id']}"
         if w.add(child, depth + 1, idx, (_expand_past_run, use["source_run_id"]), kind="run",
                  run_id=use["source_run_id"], score=use["score"], projection=use["projection"],
-                 query=use.get("query"), via="load_snapshot"):
+                 query=use.get("query"), via="load_snapshot", suspect=suspect.get(use["source_run_id"])):
             w.link(node, child, "source")
 
 
@@ -71,7 +76,8 @@ def memory_node(w: "Walker", parent: str, memory_id: str, depth: int, kind: str)
     if record is not None:
         attrs.update(text=record.text, confidence=record.confidence, review_state=record.review_state,
                      source_run_id=record.source_run_id, source_step=record.source_step,
-                     source_ref=record.source_ref, subject=record.subject, superseded_by=record.superseded_by)
+                     source_ref=record.source_ref, subject=record.subject, superseded_by=record.superseded_by,
+                     forgotten=record.deleted_at is not None)
     else:
         attrs.update(missing="not in the store (purged, or no store at hand)")
     if w.add(child, depth + 1, None, (_expand_memory, record) if record is not None else None, **attrs):
@@ -92,7 +98,7 @@ def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], 
         return
     if record.source_step is None:
         return
-    child = w.step_node(origin, record.source_step, depth + 1)
+    child = w.step_node(origin, record.source_step, depth + 1, turn_only=True)
     w.g.nodes[child]["source_ref"] = record.source_ref
     w.g.nodes[child]["extracted"] = record.memory_id
     w.link(node, child, "provenance")

@@ -15,18 +15,22 @@ Edges point from a value to what it depended on:
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any, Optional
 
 import networkx as nx
 
+from ..errors import UsageError
 from ..record import Step
 from ..text import clip
 
 if TYPE_CHECKING:
     from ..run import Run
 
-__all__ = ["Trace", "describe", "describe_decision"]
+__all__ = ["KINDS", "Trace", "describe", "describe_decision"]
 
+KINDS = ("write", "input", "decision", "step", "model_call", "prompt_section", "memory", "run")
+_ARROWS = {"control": "⇐ ", "provenance": "↞ "}
 _EDGE_ORDER = {"source": 0, "provenance": 1, "subflow": 2, "data": 3, "compose": 4, "control": 5}
 _SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
                    "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
@@ -66,10 +70,31 @@ class Trace:
                 seen.append(rid)
         return seen
 
+    def short_ids(self) -> dict[str, str]:
+        """Each node's short id ("n0" is the value traced), as `explain()` prints it: stable for a trace."""
+        return {n: f"n{i}" for i, n in enumerate(self.graph.nodes)}
+
+    def node(self, ref: str) -> str:
+        """The node a reference names: a node id, a short id as `explain()` prints it ("n7" or "[n7]"),
+        or a memory id ("m_…")."""
+        text = str(ref).strip()
+        if text in self.graph:
+            return text
+        bare = text.strip("[]")
+        if re.fullmatch(r"n\d+", bare) and int(bare[1:]) < self.graph.number_of_nodes():
+            return list(self.graph.nodes)[int(bare[1:])]
+        if f"m:{text}" in self.graph:
+            return f"m:{text}"
+        raise UsageError(f"no node {text!r} on the trace of {self.path} (run {self.run_id}); name one by its short "
+                         f"id as the trace prints it (e.g. n3), a memory id (m_…) or a node id from the JSON form")
+
     def chains(self, only: Optional[str] = None, focus: Optional[str] = None, beyond: int = 3) -> set[str]:
-        """The nodes on the chains from the value to nodes of kind `only` (or to node `focus`), and
-        `beyond` levels of what lies behind those; empty when no node matches."""
-        targets = {n for n, d in self.graph.nodes(data=True) if d.get("kind") == only or n == focus}
+        """The nodes on the chains from the value to nodes of kind `only` (or to node `focus`, any reference
+        `node()` takes), and `beyond` levels of what lies behind those; empty when no node matches."""
+        if only is not None and only not in KINDS:
+            raise UsageError(f"{only!r} is not a kind of trace node; kinds: {', '.join(KINDS)}")
+        target = self.node(focus) if focus is not None else None
+        targets = {n for n, d in self.graph.nodes(data=True) if d.get("kind") == only or n == target}
         keep = set(targets)
         for n in targets:
             keep |= nx.ancestors(self.graph, n)
@@ -86,45 +111,71 @@ class Trace:
 
     # -- rendering ----------------------------------------------------------------
     def explain(self, max_lines: int = 60, only: Optional[str] = None, focus: Optional[str] = None,
-                beyond: int = 3) -> str:
-        """A short narrative, read top-down: the value, then what it came from.
+                beyond: int = 3, depth: Optional[int] = None, hint: Optional[str] = None) -> str:
+        """A short narrative, read top-down: the value, then what it came from. Each node is printed
+        once; a node reached again is referred back to by its short id ("← see [n7]").
 
-        `only="memory"` (or "model_call", "run", "decision", …) keeps just the chains
-        from the value to nodes of that kind; `focus=<node id>` to one node; either
-        way followed by `beyond` levels of what lies behind them."""
-        if self.missing:
-            return f"{self.path}: never written in run {self.run_id} (its value is the run input or the default)"
-        lines: list[str] = []
-        seen: set[str] = set()
+        `only="memory"` (or "model_call", "run", "decision", … see `KINDS`) keeps just the chains
+        from the value to nodes of that kind; `focus=` (a short id, memory id or node id) to one node;
+        either way followed by `beyond` levels of what lies behind them. `depth` stops `depth` levels
+        below the value; `max_lines` caps the text, and `hint` is what the last line says to do about it."""
         keep: Optional[set[str]] = None
         if only is not None or focus is not None:
-            keep = self.chains(only, focus, beyond)
-            if not keep:
-                return f"{self.path}: no {only or focus} node on this trace (run {self.run_id})"
-
-        def visit(node: str, depth: int, via: Optional[str]) -> None:
-            if keep is not None and node not in keep:
-                return
-            if len(lines) >= max_lines:
-                return
-            arrow = "" if depth == 0 else "  " * (depth - 1) + {"control": "⇐ ", "provenance": "↞ "}.get(via or "", "← ")
-            if node in seen:
-                lines.append(f"{arrow}{describe(self.graph.nodes[node])} (see above)")
-                return
-            seen.add(node)
-            lines.append(arrow + describe(self.graph.nodes[node]))
-            children = sorted(self.graph.successors(node),
-                              key=lambda c: _EDGE_ORDER.get(self.graph.edges[node, c].get("kind"), 9))
-            for child in children:
-                visit(child, depth + 1, self.graph.edges[node, child].get("kind"))
-
-        if self.root is not None:
-            visit(self.root, 0, None)
+            keep = self.chains(only, focus, beyond)  # checks `only` and `focus` first
+        if self.missing:
+            return f"{self.path}: never written in run {self.run_id} (its value is the run input or the default)"
+        if keep is not None and not keep:
+            return f"{self.path}: no {only or focus} node on this trace (run {self.run_id})"
+        entries = self._outline(keep, depth)
+        ids = self.short_ids()
+        cited = {n for _, _, _, refs in entries for n in refs}
+        if focus is not None:
+            cited.add(self.node(focus))
+        lines = []
+        for level, arrow, node, refs in entries[:max_lines]:
+            lead = "" if level == 0 else "  " * (level - 1) + arrow
+            if node is None:
+                lines.append(f"{lead}see {', '.join(f'[{ids[n]}]' for n in refs)}")
+            else:
+                tag = f"  [{ids[node]}]" if node in cited else ""
+                lines.append(lead + describe(self.graph.nodes[node]) + tag)
+        shown = {node for _, _, node, _ in entries[:max_lines] if node is not None}
+        hidden = len(keep if keep is not None else self.graph) - len(shown)
+        if hidden and len(entries) > max_lines:
+            lines.append(f"… {hidden} more nodes not shown; {hint or 'raise max_lines, or narrow with only= or focus='}")
+        elif hidden and depth is not None:
+            lines.append(f"… {hidden} more nodes deeper than depth {depth}")
         if self.truncated:
-            lines.append("… truncated (raise max_depth / max_nodes to see more)")
-        elif len(lines) >= max_lines:
-            lines.append(f"… ({self.graph.number_of_nodes()} nodes in all; see trace.to_json())")
+            lines.append("… truncated: the walk stopped at its depth or node limit, so some sources are not on this trace")
         return "\n".join(lines)
+
+    def _outline(self, keep: Optional[set[str]], depth: Optional[int]) -> list[tuple[int, str, Optional[str], list[str]]]:
+        """The rendering order: (level, arrow, node, []) for a node shown for the first time, and
+        (level, arrow, None, nodes) for the nodes a parent reaches again (one line per arrow)."""
+        entries: list[tuple[int, str, Optional[str], list[str]]] = []
+        seen: set[str] = set()
+
+        def visit(node: str, level: int, arrow: str) -> None:
+            seen.add(node)
+            entries.append((level, arrow, node, []))
+            if depth is not None and level >= depth:
+                return
+            edges = self.graph.edges
+            children = sorted((c for c in self.graph.successors(node) if keep is None or c in keep),
+                              key=lambda c: _EDGE_ORDER.get(edges[node, c].get("kind"), 9))
+            again: dict[str, list[str]] = {}
+            for child in children:
+                child_arrow = _ARROWS.get(edges[node, child].get("kind"), "← ")
+                if child in seen:
+                    again.setdefault(child_arrow, []).append(child)
+                else:
+                    visit(child, level + 1, child_arrow)
+            for child_arrow, nodes in again.items():
+                entries.append((level + 1, child_arrow, None, nodes))
+
+        if self.root is not None and (keep is None or self.root in keep):
+            visit(self.root, 0, "")
+        return entries
 
     def __str__(self) -> str:
         return self.explain()
@@ -187,12 +238,24 @@ def _value(text: Any, limit: int = 60) -> str:
     return clip(text if isinstance(text, str) else json.dumps(text, default=str), limit)
 
 
-def describe_decision(stage: str, chosen: str, evidence: Any) -> str:
-    """"<stage> chose '<branch>' because '<rule>'" — the rule that matched, when `decide()` recorded one."""
+def describe_decision(stage: str, chosen: str, evidence: Any, values: bool = False) -> str:
+    """"<stage> chose '<branch>' because '<rule>'" — the rule that matched, when `decide()` recorded one;
+    with `values`, also the scope values that rule read (every rule's, when the default was taken):
+    "... because 'asks about a refund' (read question = 'Can I get a refund…')"."""
     rules = evidence.get("rules", []) if isinstance(evidence, dict) else []
-    matched = [r["rule"] for r in rules if r.get("matched")]
-    why = f" because '{matched[0]}'" if matched else ""
-    return f"{stage} chose '{chosen}'{why}"
+    matched = [r for r in rules if r.get("matched")]
+    why = f" because '{matched[0]['rule']}'" if matched else ""
+    if values and rules and not matched:
+        why = " by default (no rule matched)"
+    text = f"{stage} chose '{chosen}'{why}"
+    if values:
+        read: dict[str, Any] = {}
+        for rule in matched[:1] or rules:
+            read.update(rule.get("read") or {})
+        if read:
+            text += " (read " + ", ".join(f"{path} = {_value(v, 48)!r}" if isinstance(v, str) else
+                                          f"{path} = {_value(v, 48)}" for path, v in read.items()) + ")"
+    return text
 
 
 def describe(d: dict[str, Any]) -> str:
@@ -227,10 +290,15 @@ def describe(d: dict[str, Any]) -> str:
         if d.get("missing"):
             return f"memory {d['memory_id']} ({d['missing']})"
         flag = f", superseded by {d['superseded_by']}" if d.get("superseded_by") else ""
+        since = " — flagged since: this value rests on a flagged source" if d.get("forgotten") or \
+            d.get("review_state") in ("stale", "contradicted") else ""
+        state = "forgotten" if d.get("forgotten") else d["review_state"]
         return (f"memory {d['memory_id']} {_value(d['text'], 60)!r} (confidence {d['confidence']:g}, "
-                f"{d['review_state']}{flag})")
+                f"{state}{flag}){since}")
     if kind == "run":
         if d.get("via") == "load_snapshot":
-            return f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, {d['projection']})"
+            suspect = f" — suspect since: {d['suspect']}" if d.get("suspect") else ""
+            return (f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, "
+                    f"{d['projection']}){suspect}")
         return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
     return d.get("label") or f"{kind} {d}"

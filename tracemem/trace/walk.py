@@ -11,7 +11,7 @@ import json
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from ..errors import TracememError
+from ..errors import PathError, TracememError
 from ..record import Read, ThreadRun, Write
 from ..scope.paths import parse_path, root_of
 from . import sources
@@ -145,12 +145,13 @@ class Walker:
                  value=idx.inputs.get(root_of(path)))
         return node
 
-    def step_node(self, idx: RunIndex, step: int, depth: int) -> str:
-        """A whole step as a source (its reads and routing), e.g. the step that extracted a memory."""
+    def step_node(self, idx: RunIndex, step: int, depth: int, turn_only: bool = False) -> str:
+        """A whole step as a source (its reads and routing). `turn_only` (the step that extracted a memory):
+        only the reads that carried the user's turn are followed, not the model replies it also read."""
         node = f"s:{idx.run.run_id}:{step}"
         s = idx.steps.get(step)
-        self.add(node, depth, idx, ("step", step), kind="step", run_id=idx.run.run_id, step=step,
-                 stage=s.stage if s else "?")
+        self.add(node, depth, idx, ("turn" if turn_only else "step", step), kind="step", run_id=idx.run.run_id,
+                 step=step, stage=s.stage if s else "?")
         return node
 
     def read_sources(self, node: str, idx: RunIndex, reads: Iterable[Read], depth: int) -> None:
@@ -214,11 +215,14 @@ class Walker:
             if idx.steps[w.step].child_run_id:
                 self.into_subflow(node, idx, w, depth)
             sources.step_sources(self, idx, w.step, node, depth)
-        elif what in ("decision", "step"):
+        elif what in ("decision", "step", "turn"):
             step = item[1]
-            self.read_sources(node, idx, idx.reads.get(step, ()), depth)
+            reads = idx.reads.get(step, ())
+            if what == "turn":  # what explains a memory is the turn it came from, not the assistant's reply
+                reads = [r for r in reads if not idx.model_output(r)]
+            self.read_sources(node, idx, reads, depth)
             self.control(node, idx, step, depth)
-            if what == "step":
+            if what != "decision":
                 sources.step_sources(self, idx, step, node, depth)
         elif callable(what):
             what(self, node, depth, idx, *item[1:])
@@ -229,9 +233,28 @@ class Walker:
             self.expand(node, depth, idx, item)
 
 
+def scope_fields(run: "Run") -> Optional[list[str]]:
+    """The fields of the run's scope: from its schema when known, else from the recorded paths (the
+    starting scope and the writes); None when neither can tell (a resumed run of an unknown scope)."""
+    if run.schema is not None:
+        return list(run.schema.fields)
+    if run.continues:
+        return None
+    fields = list(json.loads(run.input_json) if run.input_json else {})
+    for w in run.writes:
+        if root_of(w.path) not in fields:
+            fields.append(root_of(w.path))
+    return fields
+
+
 def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
               cross_runs: bool = True) -> Trace:
-    """Build the Trace of the last write of `path` in `run` (see `tracemem.trace.trace`)."""
+    """Build the Trace of the last write of `path` in `run` (see `tracemem.trace.trace`). A path whose field
+    the scope does not have is an error listing the fields (a field it has but never wrote is `missing`)."""
+    field, fields = parse_path(path)[0], scope_fields(run)  # parse_path: a malformed path is a PathError
+    if fields is not None and field not in fields:
+        raise PathError(f"'{path}': run {run.run_id} of '{run.pipeline}' has no field '{field}'; "
+                        f"its fields: {', '.join(fields)}")
     trace = Trace(run, path)
     walker = Walker(trace, max_depth, max_nodes, cross_runs)
     idx = walker.indexes[run.run_id]

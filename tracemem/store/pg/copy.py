@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from ..batch import COLUMNS, Batch
+from ..batch import GIVEN, Batch, table_arrays
 from .connection import PgConnection, PgError, first_line, quote_ident
 
 __all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK", "from_ns"]
@@ -101,17 +101,17 @@ def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
     tables += [(t, cols) for t, cols in batch.cols.items() if cols[0]]
     with con.transaction():
         for table, columns in tables:
-            names = [c for c, _ in COLUMNS[table]]
-            kinds = [k for _, k in COLUMNS[table]]
-            if table == "runs" and "lease" not in names:
-                names, kinds = names + ["lease"], kinds + [pa.string()]
-                columns = list(columns) + [[lease] * len(columns[0])]
-            copy_table(con, table, names, kinds, columns)
+            arrays = table_arrays(table, columns)
+            if table == "runs" and "lease" not in arrays:
+                arrays["lease"] = pa.array([lease] * len(columns[0]), pa.string())
+            copy_table(con, table, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
         if batch.finished:
             con.executemany("UPDATE runs SET status = ?, error = ?, ended_at = ?, output = ?, query = ?, "
-                            "trace_id = ? WHERE run_id = ?",
+                            "trace_id = ?, degraded = ?, duration_ms = (?::bigint - epoch_ns(started_at)) / 1e6 "
+                            "WHERE run_id = ?",
                             [(e["status"], e["error"], from_ns(e["ended_at"]), e["output"], e["query"],
-                              e["trace_id"], run_id) for run_id, e in batch.finished])
+                              e["trace_id"], e.get("degraded"), e["ended_at"], run_id)
+                             for run_id, e in batch.finished])
         if batch.journaled:
             con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [batch.journaled])
         for run_id, steps in batch.journaled_steps:
@@ -120,5 +120,5 @@ def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
         embeddings = batch.rows["run_embeddings"]
         if embeddings:  # last, under a lock held to the commit: seq values then become visible in order
             con.execute("SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", [FEED_LOCK])
-            spec = COLUMNS["run_embeddings"]
+            spec = GIVEN["run_embeddings"]
             copy_table(con, "run_embeddings", [c for c, _ in spec], [k for _, k in spec], list(zip(*embeddings)))

@@ -43,6 +43,8 @@ COMPAT: list[str] = [
        AS $$ SELECT (extract(epoch FROM i) * 1000)::bigint $$""",
     """CREATE OR REPLACE FUNCTION make_timestamp_ns(ns bigint) RETURNS timestamp LANGUAGE sql IMMUTABLE
        PARALLEL SAFE AS $$ SELECT to_timestamp(ns / 1e9::double precision) AT TIME ZONE 'UTC' $$""",
+    """CREATE OR REPLACE FUNCTION round(x double precision, digits integer) RETURNS double precision
+       LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT round(x::numeric, digits)::double precision $$""",
     """CREATE OR REPLACE FUNCTION list_contains(l anycompatiblearray, x anycompatible) RETURNS boolean
        LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT x = ANY(l) $$""",
     """CREATE OR REPLACE FUNCTION json_keys(j json) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -126,6 +128,16 @@ V3: list[str] = [
 PG_SUSPECT_VIEW = re.sub(r"arg_min\((\w+), (\w+)\)", r"(array_agg(\1 ORDER BY \2))[1]", SUSPECT_VIEW_DDL)
 
 V4: list[str] = [
+    "ALTER TABLE runs ADD COLUMN duration_ms double precision",
+    "ALTER TABLE runs ADD COLUMN degraded text",
+    "UPDATE runs SET duration_ms = (epoch_ns(ended_at) - epoch_ns(started_at)) / 1e6",
+    "ALTER TABLE steps ADD COLUMN duration_ms double precision",
+    "UPDATE steps SET duration_ms = (epoch_ns(ended_at) - epoch_ns(started_at)) / 1e6",
+    "ALTER TABLE model_calls ADD COLUMN duration_ms double precision",
+    "UPDATE model_calls SET duration_ms = latency_ms",
+]
+
+V5: list[str] = [
     """CREATE TABLE feedback (
         feedback_id text, run_id text, path text, verdict text, score double precision, note text,
         "by" text, "at" timestamp)""",
@@ -133,7 +145,7 @@ V4: list[str] = [
     PG_SUSPECT_VIEW,
 ]
 
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4}
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5}
 
 
 def memory_ddl(vector: str) -> list[str]:

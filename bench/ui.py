@@ -1,0 +1,168 @@
+"""Server time of the viewer's pages (`tracemem ui`) on a big store. Prints figures; asserts nothing.
+
+    python bench/ui.py [--runs 100000] [--steps 1000] [--reps 5]
+
+Builds one store file with:
+- `--runs` recorded runs: one real 7-stage run (recorded by a flow), copied with new ids, times,
+  pipelines, subjects and statuses by SQL inside DuckDB, so filling 100k runs takes seconds;
+- one real run of about `--steps` steps (a three-stage loop) whose answer depends on every round.
+
+Then asks the app in process (Starlette's TestClient, no network) for each page and reads the
+`Server-Timing` header the app sets (time until the response head, page rendered), median of
+`--reps` after one warm-up. Goals: the runs page ≤ 200 ms at 100k runs; the run page and the
+backtrack page of a 1,000-step run ≤ 300 ms each. The baseline, measured in the same run, is
+what every request pays before any page work: opening the store read-only and closing it (the
+viewer never keeps the file open, so an agent can always start beside it).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pydantic import BaseModel  # noqa: E402
+
+from tracemem import Pipeline  # noqa: E402
+from tracemem.store import Store  # noqa: E402
+
+SOURCES = ("runs", "steps", "reads", "writes", "decisions")
+
+
+class Chat(BaseModel):
+    question: str = ""
+    notes: list[str] = []
+    route: str = ""
+    answer: str = ""
+
+
+def read(s: Chat) -> None:
+    s.notes.append(f"read {s.question}")
+
+
+def think(s: Chat) -> None:
+    s.notes.append(f"thought {len(s.notes)}")
+
+
+def choose(s: Chat) -> str:
+    return "long" if len(s.question) > 10 else "short"
+
+
+def long(s: Chat) -> None:
+    s.route = "long"
+
+
+def short(s: Chat) -> None:
+    s.route = "short"
+
+
+def answer(s: Chat) -> None:
+    s.answer = f"{s.route}: {s.notes[-1]}"
+
+
+def again(s: Chat) -> bool:
+    return len(s.notes) < 2 * ROUNDS[0]  # two notes a round
+
+
+ROUNDS = [333]
+
+
+def fill(path: str, runs: int, steps: int) -> tuple[str, float]:
+    """The store described in the module docstring; returns the long run's id and the fill time."""
+    started = time.perf_counter()
+    chat = (Pipeline("chat", Chat).then(read).then(think).branch(choose, {"long": long, "short": short})
+            .then(answer).then(think, id="think2").build())
+    ROUNDS[0] = max(1, steps // 3)
+    looping = (Pipeline("looping", Chat, max_iterations=ROUNDS[0] + 5).then(read).then(think)
+               .loop_to("read", when=again, max_iterations=ROUNDS[0] + 5).then(answer).build())
+    with Store(path) as store:
+        seed = chat.run({"question": "what is the refund window?"}, store=store, subject="user-0")
+        store.flush()
+        rid = "printf('%016x', i) AS run_id"
+        shift = "started_at - to_seconds(i) AS started_at, ended_at - to_seconds(i) AS ended_at"
+        copy = {  # by column name, so columns added by later schema versions are copied too
+            "runs": f"t.* REPLACE ({rid}, ['chat', 'support', 'triage', 'rag', 'tools'][1 + i % 5] AS pipeline, "
+                    "CASE WHEN i % 97 = 0 THEN 'failed' WHEN i % 89 = 0 THEN 'paused' WHEN i % 83 = 0 "
+                    f"THEN 'interrupted' ELSE 'ok' END AS status, {shift}, 'user-' || (i % 1000) AS subject)",
+            "steps": f"t.* REPLACE ({rid}, {shift})",
+            "reads": f"t.* REPLACE ({rid})",
+            "writes": f"t.* REPLACE ({rid})",
+            "decisions": f"t.* REPLACE ({rid})",
+        }
+        for table in SOURCES:
+            store.sql(f"INSERT INTO {table} BY NAME SELECT {copy[table]} FROM {table} t, "
+                      f"range(1, {max(runs - 1, 1)}) r(i) WHERE t.run_id = ?", [seed.run_id])
+        long_run = looping.run({"question": "a long conversation"}, store=store, subject="user-1")
+    return long_run.run_id, time.perf_counter() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--runs", type=int, default=100_000)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    from starlette.testclient import TestClient
+
+    from tracemem.ui import create_app
+
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-ui-"), "ui.duckdb")
+    long_id, fill_s = fill(path, args.runs, args.steps)
+    with Store(path, read_only=True) as store:
+        total, steps = store.sql("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM steps WHERE run_id = ?)",
+                                 [long_id]).fetchall()[0]
+    print(f"store: {total:,} runs, {os.path.getsize(path) / 1e6:.1f} MB, filled in {fill_s:.1f} s; "
+          f"long run {long_id[:8]}: {steps} steps")
+
+    def open_close() -> float:
+        start = time.perf_counter()
+        Store(path, read_only=True, snapshot_if_locked=True, embedder=None, snapshot_embedder=None).close()
+        return (time.perf_counter() - start) * 1000
+
+    web = TestClient(create_app(path), base_url="http://127.0.0.1")
+    nodes: dict[str, str] = {}
+
+    def page(url: str) -> float:
+        r = web.get(url)
+        if r.status_code != 200:
+            raise SystemExit(f"{url} answered {r.status_code}: {r.text[:300]}")
+        found = re.search(r"·\s+(\d+) nodes", r.text)
+        if found:
+            nodes[url] = f"{found.group(1)} nodes" + (", walk cut at its budget" if 'id="truncated"' in r.text else "")
+        return float(r.headers["server-timing"].split("dur=")[1])
+
+    pages = [("runs page", "/runs", 200), ("runs page, status=failed", "/runs?status=failed", 200),
+             ("runs page, subject + id prefix", "/runs?subject=user-7&id=0", 200),
+             ("runs page 500 (offset 25k)", "/runs?page=500", 200),
+             (f"run page, {steps}-step run", f"/runs/{long_id}", 300),
+             (f"backtrack page, {steps}-step run", f"/runs/{long_id}/backtrack?path=answer", 300),
+             ("  same, whole walk (depth 100k)", f"/runs/{long_id}/backtrack?path=answer&depth=100000&nodes=20000",
+              None),
+             ("scope page, middle step", f"/runs/{long_id}/scope/{max(1, steps // 2)}", None),
+             ("memory page", "/memories", None),
+             ("SQL page (fenced), GROUP BY", "/sql?q=SELECT+status,count(*)+FROM+runs+GROUP+BY+1", None)]
+    samples: dict[str, list[float]] = {"baseline": []}
+    open_close()
+    for _, url, _ in pages:
+        page(url)  # warm-up
+    for _ in range(args.reps):  # interleaved, so a noisy moment hits every figure alike
+        samples["baseline"].append(open_close())
+        for _, url, _ in pages:
+            samples.setdefault(url, []).append(page(url))
+    baseline = statistics.median(samples["baseline"])
+    print(f"baseline: open the store read-only and close it (every request does): {baseline:7.1f} ms")
+    print(f"## server time per page (Server-Timing), median of {args.reps}; × baseline; goal")
+    for label, url, goal in pages:
+        ms = statistics.median(samples[url])
+        verdict = "" if goal is None else f"goal ≤ {goal} ms: {'met' if ms <= goal else 'NOT met'}"
+        extra = f"  [{nodes[url]}]" if url in nodes else ""
+        print(f"{label:34s} {ms:8.1f} ms  {ms / baseline:5.1f}x  {verdict}{extra}")
+    print(f"load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""What `tracemem show RUN` prints on request, in full: model calls (`--calls`), assembled prompts section
+by section (`--prompts`) and step logs (`--logs`); and the same as JSON for `--json`.
+
+The default view of `show` is a summary that fits a screen; these parts are long by nature (a whole
+reply, a whole prompt), so they are printed uncut, indented under a one-line header each.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..run import Run
+from .render import iso_ns
+
+__all__ = ["calls_text", "logs_text", "prompts_text", "run_json", "summary_line"]
+
+
+def _indented(text: Optional[str], prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in (text or "").splitlines()) or prefix + "(empty)"
+
+
+def _stages(run: Run) -> dict[int, str]:
+    return {s.step: s.stage for s in run.steps}
+
+
+def summary_line(run: Run) -> Optional[str]:
+    """How much `--calls`, `--prompts` and `--logs` would add (None when there is nothing)."""
+    calls, prompts = run.rows.get("model_calls", []), run.rows.get("prompts", [])
+    sections, logs = len(run.rows.get("prompt_sections", [])), sum(len(s.logs) for s in run.steps)
+    parts = [f"{len(calls)} model call{'s' * (len(calls) != 1)}" if calls else "",
+             f"{len(prompts)} prompt{'s' * (len(prompts) != 1)} ({sections} sections)" if prompts else "",
+             f"{logs} log line{'s' * (logs != 1)}" if logs else ""]
+    shown = ", ".join(p for p in parts if p)
+    return f"{shown}: see them with --calls, --prompts, --logs (or --full)" if shown else None
+
+
+def calls_text(run: Run) -> str:
+    """Every model call of the run, with its whole reply."""
+    stages, out = _stages(run), []
+    for call in run.rows.get("model_calls", []):
+        tokens = f", {call.get('input_tokens')} → {call.get('output_tokens')} tokens" \
+            if call.get("input_tokens") is not None else ""
+        ms = call.get("duration_ms", call.get("latency_ms"))
+        took = f", {ms:.2f} ms" if isinstance(ms, (int, float)) else ""
+        out.append(f"step {call['step']} {stages.get(call['step'], '?')}: {call.get('model')} "
+                   f"({call.get('provider') or 'provider unknown'}){tokens}{took}"
+                   + (f", prompt {call['prompt_id']}" if call.get("prompt_id") else ""))
+        if call.get("error"):
+            out.append(f"  error: {call['error']}")
+        out.append("  reply:")
+        out.append(_indented(call.get("response")))
+    return "\n".join(out) or "(no model calls)"
+
+
+def prompts_text(run: Run) -> str:
+    """Every prompt the run assembled, section by section, each with where it came from."""
+    stages, out = _stages(run), []
+    sections = run.rows.get("prompt_sections", [])
+    for prompt in run.rows.get("prompts", []):
+        own = [s for s in sections if s["prompt_id"] == prompt["prompt_id"]]
+        out.append(f"prompt {prompt['prompt_id']} (step {prompt['step']} {stages.get(prompt['step'], '?')}, "
+                   f"{len(own)} sections, {len(prompt.get('text') or '')} characters)")
+        for s in own:
+            kind, source_kind, source_id = s["kind"], s.get("source_kind"), s.get("source_id")
+            source = "" if not source_kind or (source_kind == kind and source_id in (None, kind)) else \
+                f" ← {source_kind}" + (f" {source_id}" if source_id and source_id != source_kind else "")
+            out.append(f"  [{s['idx']}] {kind}{source}:")
+            out.append(_indented(s.get("text")))
+        if not own:
+            out.append(_indented(prompt.get("text"), "  "))
+    return "\n".join(out) or "(no prompts)"
+
+
+def logs_text(run: Run) -> str:
+    """Every step's log lines."""
+    out = []
+    for s in run.steps:
+        if s.logs:
+            out.append(f"step {s.step} {s.stage}:")
+            out.extend(f"  {line}" for line in s.logs)
+    return "\n".join(out) or "(no log lines)"
+
+
+def _times(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: iso_ns(v) if isinstance(v, int) and k.endswith("_at") else v for k, v in row.items()}
+
+
+def run_json(run: Run, output: Any, final_state: Any) -> dict[str, Any]:
+    """`show --json`: the whole run, every time as an ISO 8601 UTC string (as `runs --json` prints them)."""
+    return {
+        "run_id": run.run_id, "pipeline": run.pipeline, "pipeline_hash": run.pipeline_hash, "status": run.status,
+        "error": run.error, "degraded": run.degraded, "subject": run.subject, "query": run.query,
+        "started_at": iso_ns(run.started_at), "ended_at": iso_ns(run.ended_at),
+        "duration_ms": (run.ended_at - run.started_at) / 1e6 if run.ended_at else None,
+        "trace_id": run.trace_id, "parent_run_id": run.parent_run_id, "continues": run.continues,
+        "steps": [{**_times(s._asdict()), "duration_ms": (s.ended_at - s.started_at) / 1e6} for s in run.steps],
+        "decisions": [d._asdict() for d in run.decisions],
+        "model_calls": [_times(c) for c in run.rows.get("model_calls", [])],
+        "prompts": [{**p, "sections": [s for s in run.rows.get("prompt_sections", [])
+                                       if s["prompt_id"] == p["prompt_id"]]} for p in run.rows.get("prompts", [])],
+        "output": output, "final_state": final_state,
+    }

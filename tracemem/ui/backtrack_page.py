@@ -1,0 +1,79 @@
+"""The backtrack page: pick a path, see its causal graph, the `explain()` text beside it, the memories
+it reached (with the run and turn each was learned in), and the influence ranking, labelled as
+the correlational measure it is. `backtrack.json` is `trace.to_json()` for tools.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..cli.render import to_json
+from ..errors import UsageError
+from .run_page import canonical, default_path
+from .run_view import written_paths
+from .trace_view import memory_sources, trace_svg
+from .web import render, run_url, source
+
+__all__ = ["DEPTH", "NODES", "ONLY_KINDS", "ROUTES"]
+
+DEPTH, NODES = 64, 2000  # run.backtrack's own budget, unless the page asks for a deeper walk
+ONLY_KINDS = ("memory", "model_call", "prompt_section", "run", "decision", "input", "step")
+
+
+def _bound(request: Request, name: str, default: int, most: int) -> int:
+    raw = request.query_params.get(name)
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise UsageError(f"{name} must be a whole number, got {raw!r}") from None
+    if not 1 <= value <= most:
+        raise UsageError(f"{name} must be between 1 and {most}, got {value}")
+    return value
+
+
+def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[str], str]:
+    run = store.run(run_id)
+    paths = written_paths(run)
+    given = [p.strip() for p in request.query_params.getlist("path") if p.strip()]  # the typed path wins
+    path = given[-1] if given else default_path(paths)
+    if not path:
+        raise UsageError(f"run {run_id} wrote nothing, so there is no value to backtrack; pick another run")
+    depth = _bound(request, "depth", DEPTH, 100_000)
+    nodes = _bound(request, "nodes", NODES, 20_000)
+    return run, run.backtrack(path, max_depth=depth, max_nodes=nodes), paths, path
+
+
+def backtrack_page(request: Request) -> Response:
+    only = (request.query_params.get("only") or "").strip() or None
+    focus = (request.query_params.get("focus") or "").strip() or None
+    if only is not None and only not in ONLY_KINDS:
+        raise UsageError(f"only must be one of {', '.join(ONLY_KINDS)}, got {only!r}")
+    with source(request).reading() as store:
+        run_id, redirect = canonical(request, store)
+        if redirect:
+            return redirect
+        run, trace, paths, path = _trace(request, store, run_id)
+        shown = trace.narrowed(only=only, focus=focus) if (only or focus) and not trace.missing else trace
+        graph, hidden = trace_svg(shown, run_url)
+        context = dict(run=run, trace=trace, paths=paths, path=path, only=only or "",
+                       focus=focus or "", kinds=ONLY_KINDS, graph=graph, hidden=hidden,
+                       explain=trace.explain(max_lines=200, only=only, focus=focus),
+                       memories=memory_sources(trace), influence=trace.influence() if not trace.missing else [],
+                       reached=trace.runs(), nodes=trace.graph.number_of_nodes(), shown=shown.graph.number_of_nodes(),
+                       deeper=_bound(request, "depth", DEPTH, 100_000) * 8)
+    return render(request, "backtrack.html", **context)
+
+
+def backtrack_json(request: Request) -> Response:
+    with source(request).reading() as store:
+        run_id, redirect = canonical(request, store)
+        if redirect:
+            return redirect
+        _, trace, _, _ = _trace(request, store, run_id)
+        return Response(to_json(trace.to_json()), media_type="application/json")
+
+
+ROUTES = [Route("/runs/{run_id}/backtrack", backtrack_page), Route("/runs/{run_id}/backtrack.json", backtrack_json)]
