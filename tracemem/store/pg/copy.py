@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -40,12 +41,27 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+@lru_cache(maxsize=16)
+def _float_format(n: int) -> str:
+    return ",".join(["%.9g"] * n)  # 9 significant digits: every float32 reads back exactly
+
+
+def _floats(values: np.ndarray) -> str:
+    """A float vector as text, formatted in C (one % for the whole row) rather than per value in Python."""
+    flat = values.reshape(-1)
+    if not np.isfinite(flat).all():
+        return ",".join(_number(float(v)) for v in flat.tolist())
+    return _float_format(len(flat)) % tuple(flat.tolist())
+
+
 def array_literal(values: Optional[Sequence[Any]]) -> Optional[str]:
     """A PostgreSQL array literal ({...}) for a list of strings or numbers (None stays NULL)."""
     if values is None:
         return None
     if isinstance(values, np.ndarray):
-        return "{" + ",".join(map(repr, values.astype(np.float64).tolist())) + "}"
+        return "{" + _floats(values) + "}"
+    if values and all(isinstance(v, float) for v in values):  # an embedding as a list
+        return "{" + _floats(np.asarray(values, dtype=np.float32)) + "}"
     return "{" + ",".join("NULL" if v is None else _quote(v) if isinstance(v, str) else _number(v)
                           for v in values) + "}"
 
@@ -54,7 +70,7 @@ def vector_literal(values: Optional[Sequence[float]]) -> Optional[str]:
     """A pgvector literal ([...])."""
     if values is None:
         return None
-    return "[" + ",".join(_number(float(v)) for v in values) + "]"
+    return "[" + _floats(np.asarray(values, dtype=np.float32)) + "]"
 
 
 def _number(v: Any) -> str:

@@ -7,7 +7,8 @@ server the tests use, started the same way. It finds server binaries in this ord
 `make install`), then a system install (`/usr/lib/postgresql/*/bin`, or `initdb` on PATH).
 
 PostgreSQL refuses to run as root. Run as root (as CI is), the server runs as the unprivileged
-user `nobody`; when that user cannot reach the binaries (a virtualenv under /root), they are copied
+user `nobody`, so its directory must be one `nobody` can reach (e.g. made by `tempfile.mkdtemp(dir=
+"/tmp")`); when that user cannot reach the binaries (a virtualenv under /root), they are copied
 into the server's directory first.
 
     server = LocalServer.start("/tmp/pg")          # initdb + start on a free 127.0.0.1 port
