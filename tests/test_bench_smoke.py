@@ -100,3 +100,29 @@ def test_ui_bench_prints_its_figures() -> None:
     for label in ("runs page ", "run page, 6", "backtrack page, 6", "SQL page (fenced)"):
         assert label in out, label
     assert "goal ≤ 200 ms" in out and "goal ≤ 300 ms" in out
+
+
+def _postgres_unavailable() -> str:
+    """Why bench/postgres.py cannot start a server here ('' when it can)."""
+    if importlib.util.find_spec("psycopg") is None:
+        return "psycopg is not installed (pip install 'tracemem-agents[postgres]')"
+    from tracemem.store.pg.local import ServerUnavailable, find_binaries
+
+    try:
+        find_binaries()
+    except ServerUnavailable as err:
+        return str(err)
+    return ""
+
+
+def test_postgres_bench_prints_its_figures_side_by_side() -> None:
+    why = _postgres_unavailable()
+    if why:
+        if os.environ.get("TRACEMEM_REQUIRE_PG") == "1":
+            pytest.fail(f"PostgreSQL is required here (TRACEMEM_REQUIRE_PG=1) but {why}")
+        pytest.skip(f"no PostgreSQL server: {why}")
+    out = run("bench/postgres.py", "--quick", timeout=600)
+    for line in ("duckdb, durability=run", "postgres, durability=run", "events/s", "flush_interval=0",
+                 "memory search", "from A's commit to B's recall returning it"):
+        assert line in out, line
+    assert out.count("postgres") >= 4 and out.count("duckdb") >= 4

@@ -85,3 +85,28 @@ def test_copy_since_takes_the_runs_a_chosen_run_links_to(pg_url, tmp_path):
         assert runs[2].run_id in copied and runs[1].run_id in copied
         trace = recent.backtrack(runs[2].run_id, "answer")
         assert any(a.get("run_id") == runs[1].run_id and a.get("extracted") for _, a in trace.graph.nodes(data=True))
+
+
+def test_the_readme_two_workers_share_one_database(pg_url, tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    worker = re.search(r"```py\n(# worker\.py.*?)```", readme, flags=re.S).group(1)
+    (tmp_path / "worker.py").write_text(worker)
+    env = dict(os.environ, TRACEMEM_DB=pg_url)
+    procs = [subprocess.Popen([sys.executable, "worker.py", name], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outs]
+    assert sum(len(o.splitlines()) for o, _ in outs) == 6
+    code, out = cli("runs", "--db", pg_url, "--json")
+    runs = json.loads(out)
+    assert code == 0 and len(runs) == 6 and {r["status"] for r in runs} == {"ok"}
+    with Store(pg_url, read_only=True) as store:
+        continued = store.sql("SELECT count(*) FROM runs WHERE continues_run_id IS NOT NULL").fetchall()[0][0]
+        assert continued >= 4  # every turn after a worker's first resumed the thread
+        assert store.memory.list("dana")

@@ -65,7 +65,7 @@ class PgBackend:
                 self.writer = PgConnection(self.target, "writer")
                 self.writer.register_vector()
                 self.interrupted = reap(self.writer, lease, log)
-                self.reaper = Reaper(self.writer, lease, lease_seconds, log)
+                self.reaper = Reaper(self.writer, lease, lease_seconds / 2, log)
         except BaseException:
             self.close()
             raise

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.adapt import Loader
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.numeric import FloatLoader
 from psycopg.types.string import TextBinaryLoader, TextLoader
 
@@ -102,10 +103,14 @@ class PgConnection:
     def __init__(self, target: PgTarget, name: str, *, keepalive: Optional[float] = None) -> None:
         self.target = target
         options = {"application_name": f"tracemem {name}"[:63]}
-        if keepalive:  # a vanished peer's session (and its advisory locks) ends after about this long
-            idle = max(1, int(keepalive / 2))
-            options.update(keepalives="1", keepalives_idle=str(idle), keepalives_interval=str(max(1, idle // 3)),
-                           keepalives_count="3")
+        if keepalive:
+            # the server ends the session of a client machine that vanished (releasing its advisory locks,
+            # pg/lease.py) after about `keepalive` seconds of silence; the client notices a vanished server too
+            idle, every = max(1, int(keepalive / 2)), max(1, int(keepalive / 6))
+            given = conninfo_to_dict(target.conninfo).get("options") or ""
+            options.update(keepalives="1", keepalives_idle=str(idle), keepalives_interval=str(every),
+                           keepalives_count="3", options=f"{given} -c tcp_keepalives_idle={idle} "
+                           f"-c tcp_keepalives_interval={every} -c tcp_keepalives_count=3".strip())
         try:
             self.raw = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10, **options)
         except psycopg.Error as err:

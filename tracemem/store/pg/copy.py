@@ -60,7 +60,9 @@ def array_literal(values: Optional[Sequence[Any]]) -> Optional[str]:
         return None
     if isinstance(values, np.ndarray):
         return "{" + _floats(values) + "}"
-    if values and all(isinstance(v, float) for v in values):  # an embedding as a list
+    if not values:
+        return "{}"
+    if all(isinstance(v, float) for v in values):  # an embedding as a list
         return "{" + _floats(np.asarray(values, dtype=np.float32)) + "}"
     return "{" + ",".join("NULL" if v is None else _quote(v) if isinstance(v, str) else _number(v)
                           for v in values) + "}"
@@ -84,7 +86,8 @@ def _column(values: Any, kind: pa.DataType, vector: bool) -> Any:
     arrow = isinstance(values, (pa.Array, pa.ChunkedArray))
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         spell = vector_literal if vector else array_literal
-        return pa.array([spell(v) for v in (values.to_pylist() if arrow else values)], type=pa.string())
+        return pa.array([None if v is None else "{}" if not len(v) and not vector else spell(v)
+                         for v in (values.to_pylist() if arrow else values)], type=pa.string())
     arr = values if arrow else pa.array(values, type=kind)
     if pa.types.is_string(kind) and arr.null_count < len(arr):
         arr = pc.replace_substring(arr, "\x00", "\ufffd")

@@ -8,7 +8,7 @@ lock the moment the session ends: at once when the process dies (its socket clos
 after the TCP keepalive time (`lease_seconds`) when a machine or its network vanishes.
 
 Any store opening can therefore tell a dead lease by trying its lock. On opening, and then
-every `lease_seconds` from a background thread, each store looks for runs still `running`
+every `lease_seconds / 2` from a background thread, each store looks for runs still `running`
 (and journal rows) under leases other than its own, and for each lease whose lock it can
 take, replays that lease's journal into the tables (finished stages are kept) and marks its
 runs that never ended `interrupted`, in one transaction, holding the dead lease's lock so
