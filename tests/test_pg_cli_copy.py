@@ -40,6 +40,18 @@ def test_every_read_command_takes_a_postgresql_url(pg_url, tmp_path):
     assert code == 0 and any("365 days" in m["text"] for m in json.loads(out))
     code, out = cli("export", str(tmp_path / "parquet"), "--db", pg_url)
     assert code == 0 and (tmp_path / "parquet" / "memories.parquet").exists()
+    code, out = cli("mark", wrong[:8], "wrong", "--note", "policy is 30 days", "--db", pg_url)
+    assert code == 0
+    code, out = cli("blame", "--db", pg_url, "--json")
+    assert code == 0 and json.loads(out)["wrong"] == 1
+    window = [m for m in json.loads(cli("memories", "--db", pg_url, "--json")[1]) if "365 days" in m["text"]][0]
+    code, out = cli("affected", window["memory_id"], "--db", pg_url)
+    assert code == 0 and wrong in out
+    code, out = cli("memory", "flag", window["memory_id"], "contradicted", "--reason", "policy", "--db", pg_url)
+    assert code == 0
+    with Store(pg_url, read_only=True) as store:
+        assert store.memory.get(window["memory_id"]).review_state == "contradicted"
+        assert wrong in store.suspect([wrong])
     code, out = cli("sql", "DELETE FROM feedback", "--write", "--db", pg_url)
     assert code == 0
 

@@ -22,7 +22,7 @@ from ...errors import TracememError
 from ..batch import Batch
 from ..tables import ALL_TABLES, VIEWS
 from ..user_sql import ReadOnlySQLError
-from .connection import PgConnection, first_line, parse_target, quote_ident, translate
+from .connection import PgConnection, PgCursor, first_line, parse_target, quote_ident, translate
 from .copy import copy_table, insert_batch
 from .lease import Reaper, hold, reap
 from .memory_sql import PgMemorySQL
@@ -71,8 +71,8 @@ class PgBackend:
             raise
         self.write_lock = self.writer.lock if self.writer is not None else self.con.lock
 
-    def cursor(self) -> PgConnection:
-        return self.con
+    def cursor(self) -> PgCursor:
+        return self.con.cursor()
 
     # -- writing ------------------------------------------------------------------------------
     def _writer(self) -> PgConnection:

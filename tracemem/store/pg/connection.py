@@ -32,7 +32,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from ...errors import TracememError
 
-__all__ = ["PgConnection", "PgTarget", "PgError", "translate", "parse_target", "quote_ident", "first_line"]
+__all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "parse_target", "quote_ident", "first_line"]
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|%")
 _BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")
@@ -195,13 +195,30 @@ class PgConnection:
     def in_transaction(self) -> bool:
         return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
-    def cursor(self) -> "PgConnection":
-        """This connection (DuckDB hands out per-thread cursors; psycopg serializes statements itself)."""
-        return self
+    def cursor(self) -> "PgCursor":
+        """A handle on this connection, as DuckDB hands out cursors (psycopg serializes statements itself;
+        closing the handle leaves the connection open)."""
+        return PgCursor(self)
 
     def close(self) -> None:
         with self.lock:
             self.raw.close()
+
+
+class PgCursor:
+    """What `PgConnection.cursor()` hands out: the connection's methods, and a `close()` that closes nothing."""
+
+    def __init__(self, con: PgConnection) -> None:
+        self.con = con
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+    def cursor(self) -> "PgCursor":
+        return self
+
+    def close(self) -> None:
+        """Nothing: the connection belongs to the store."""
 
 
 def first_line(err: BaseException) -> str:

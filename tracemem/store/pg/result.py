@@ -1,7 +1,7 @@
 """What `store.sql()` returns on PostgreSQL: the methods people use on a DuckDB relation.
 
 A DuckDB relation is lazy; this result holds its rows (a query over a fleet database is run
-once, on the server, and its rows come back). `fetchall()`, `fetchone()`, `fetchmany()`,
+once, on the server, and its rows come back). `fetchall()`, `fetchone()`, `fetchmany()`, `limit(n)`,
 `columns`, `types`, `arrow()` (a record batch reader, as DuckDB 2 gives), `to_arrow_table()`, `df()` (also `fetchdf()`, with
 pandas installed) and `show()` behave as DuckDB's do, so code written against one store
 works against the other.
@@ -40,6 +40,10 @@ class SQLResult:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def limit(self, n: int) -> "SQLResult":
+        """The first `n` rows (as DuckDB's `relation.limit(n)`)."""
+        return SQLResult(self.columns, self.types, self.rows[:n])
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         """Every row (as DuckDB's relation gives them, each call)."""
