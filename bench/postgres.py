@@ -1,7 +1,7 @@
 """The fleet backend's costs, side by side with the DuckDB file, in one run.
 
     python bench/postgres.py [--runs 2000] [--reps 3] [--memories 100000] [--url postgresql://…]
-    python bench/postgres.py --quick        # small numbers: a smoke run
+    python bench/postgres.py --quick --no-fsync    # small numbers: a smoke run
 
 Starts a local PostgreSQL (tracemem/store/pg/local.py; fsync on, as a real server) unless --url
 names one, and measures each figure on a DuckDB file and on PostgreSQL:
@@ -170,9 +170,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--url", help="a PostgreSQL database to use instead of starting a local server")
     ap.add_argument("--quick", action="store_true", help="small numbers (a smoke run)")
+    ap.add_argument("--no-fsync", action="store_true", help="start the local server with fsync off (smoke runs)")
     args = ap.parse_args()
     if args.quick:
-        args.runs, args.reps, args.memories, args.queries = 60, 1, 2000, 20
+        args.runs, args.reps, args.memories, args.queries = 40, 1, 1000, 10
     folder = tempfile.mkdtemp(prefix="tracemem-bench-pg-", dir="/tmp")
     server = None
     try:
@@ -181,9 +182,10 @@ def main() -> None:
             from tracemem.store.pg.local import LocalServer
 
             pg_folder = tempfile.mkdtemp(prefix="tracemem-bench-server-", dir="/tmp")  # reachable by `nobody`
-            server = LocalServer.start(pg_folder, durable=True)
+            server = LocalServer.start(pg_folder, durable=not args.no_fsync)
             url = server.ensure_database("bench")
-        print(f"PostgreSQL: {url.split('@')[-1]} ({'started here, fsync on' if server else 'given'}); "
+        started = f"started here, fsync {'off' if args.no_fsync else 'on'}"
+        print(f"PostgreSQL: {url.split('@')[-1]} ({started if server else 'given'}); "
               f"DuckDB: files in {folder}")
         tag = uuid.uuid4().hex[:8]  # this run's schemas, beside anything else in a given database
 
@@ -198,7 +200,7 @@ def main() -> None:
         ingest(places, args.runs)
         sync_costs(places, max(20, args.runs // 20))
         memory_search(places, args.memories, args.queries)
-        cross_process(f"{url}{'&' if '?' in url else '?'}schema=bench_fleet_{tag}", 10 if args.quick else 40)
+        cross_process(f"{url}{'&' if '?' in url else '?'}schema=bench_fleet_{tag}", 5 if args.quick else 40)
     finally:
         if server is not None:
             server.stop()

@@ -115,13 +115,14 @@ def _postgres_unavailable() -> str:
     return ""
 
 
+@pytest.mark.slow  # starts its own server and a second process: ~15 s
 def test_postgres_bench_prints_its_figures_side_by_side() -> None:
     why = _postgres_unavailable()
     if why:
         if os.environ.get("TRACEMEM_REQUIRE_PG") == "1":
             pytest.fail(f"PostgreSQL is required here (TRACEMEM_REQUIRE_PG=1) but {why}")
         pytest.skip(f"no PostgreSQL server: {why}")
-    out = run("bench/postgres.py", "--quick", timeout=600)
+    out = run("bench/postgres.py", "--quick", "--no-fsync", timeout=600)
     for line in ("duckdb, durability=run", "postgres, durability=run", "events/s", "flush_interval=0",
                  "memory search", "from A's commit to B's recall returning it"):
         assert line in out, line
