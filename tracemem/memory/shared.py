@@ -29,6 +29,8 @@ from .tables import MEMORY_COLUMNS
 __all__ = ["catch_up", "stale", "without"]
 
 _DELETED = MEMORY_COLUMNS.index("deleted_at")
+_SUBJECT = MEMORY_COLUMNS.index("subject")
+_TAGS = MEMORY_COLUMNS.index("tags")
 
 
 def catch_up(index: VectorIndex, ops: Any, con: Any, seen: int) -> int:
@@ -38,9 +40,11 @@ def catch_up(index: VectorIndex, ops: Any, con: Any, seen: int) -> int:
         return seen
     current = ops.current(con, ids)
     for memory_id in ids:
+        found = current.get(memory_id)
+        if found is not None and _holds(index, found[0]):
+            continue  # this process made the change itself: the index has it already
         for shard in index.shards.values():
             shard.retire(memory_id)
-        found = current.get(memory_id)
         if found is None:
             continue  # purged
         rec, vec = found
@@ -53,6 +57,17 @@ def catch_up(index: VectorIndex, ops: Any, con: Any, seen: int) -> int:
             vecs = np.zeros((1, index.dim), dtype=np.float32)  # stored without a vector: literal match only
         index.add_many([rec], vecs)
     return newest
+
+
+def _holds(index: VectorIndex, rec: tuple[Any, ...]) -> bool:
+    """Whether the index holds exactly this stored record (tags compared as tuples)."""
+    shard = index.shards.get(rec[_SUBJECT])
+    row = shard.row_of.get(rec[0]) if shard is not None else None
+    held = shard.rows[row] if shard is not None and row is not None else None
+    if held is None:
+        return False
+    return all((tuple(a) if i == _TAGS else a) == (tuple(b) if i == _TAGS else b)
+               for i, (a, b) in enumerate(zip(held, rec)))
 
 
 def stale(ops: Any, con: Any, ids: Sequence[str], now: datetime, floor: float) -> dict[str, str]:
