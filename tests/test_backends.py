@@ -271,3 +271,42 @@ def test_every_duckdb_schema_version_has_its_postgresql_statements():
     from tracemem.store.tables import MIGRATIONS
 
     assert sorted(PG_MIGRATIONS) == sorted(MIGRATIONS) == list(range(2, SCHEMA_VERSION + 1))
+
+
+class Order(BaseModel):
+    item: str = ""
+    size: str = ""
+    shipped: str = ""
+
+
+def ask(s, ctx):
+    s.size = ctx.interrupt({"question": "size?", "item": s.item})
+
+
+def ship(s, ctx):
+    s.shipped = f"{s.item} ({s.size}), ok'd by {ctx.answer}"
+
+
+ORDERS = Pipeline("orders", Order).then(ask).then(ship, pause_before=True).build()
+
+
+@pytest.mark.parametrize("flush_interval,durability", [(0, "run"), (0.05, "stage"), (0.05, "run")])
+def test_pause_resume_and_fork_across_store_openings(store_factory, flush_interval, durability):
+    first = store_factory(flush_interval=flush_interval, durability=durability, lease_seconds=0.4)
+    run = ORDERS.run({"item": "boots"}, store=first)
+    assert run.status == "paused" and run.pending == {"question": "size?", "item": "boots"}
+    first.close()
+    second = store_factory(flush_interval=flush_interval, durability=durability, lease_seconds=0.4)
+    assert second.runs(status="paused")[0]["pending"] == {"question": "size?", "item": "boots"}
+    run = ORDERS.resume(run.run_id, "42", store=second, by="ana")
+    assert run.status == "paused" and run.output.size == "42"
+    done = ORDERS.resume(run.run_id, "yes", store=second)
+    assert done.output.shipped == "boots (42), ok'd by yes"
+    second.flush()
+    loaded = second.run(done.run_id)
+    assert loaded.ok and [s.status for s in loaded.steps] == ["paused", "ok", "ok"]
+    assert second.sql("SELECT answered_by FROM human_inputs WHERE run_id = ? ORDER BY idx",
+                      [done.run_id]).fetchall()[0] == ("ana",)
+    forked = ORDERS.fork(done.run_id, "ask", edits={"item": "socks"}, store=second)
+    assert forked.forked_from_run_id == done.run_id and forked.status == "paused"
+    assert second.run(forked.run_id).output.item == "socks"

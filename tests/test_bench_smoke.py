@@ -127,3 +127,12 @@ def test_postgres_bench_prints_its_figures_side_by_side() -> None:
                  "memory search", "from A's commit to B's recall returning it"):
         assert line in out, line
     assert out.count("postgres") >= 4 and out.count("duckdb") >= 4
+
+
+def test_resume_bench_prints_its_figures() -> None:
+    out = run("bench/resume.py", "--rounds", "20", "--reps", "1")
+    assert "## resume and fork from a file: a paused run of 41 recorded steps" in out
+    assert "baseline: load the run record (store.run)" in out
+    assert "0 live model calls" in out  # the gate's call before its pause was answered from the record
+    assert "fork from step 20: load, rebuild the state" in out
+    assert "then run its" in out

@@ -21,6 +21,8 @@ EXPECTED = {
     "tool_loop.py": ["646.7 USD", "exceeded max_iterations=3"],
     "subflow.py": ["rejected: scam", "parent"],
     "sql_recipes.py": ["Slowest stages", "lookup_order", "contradicted", "flagged"],
+    "approval.py": ["is paused at stage 'approve'", "model calls in process 2: 0", "human input by maria",
+                    "2 approve (paused), 3 approve (ok)"],
 }
 
 

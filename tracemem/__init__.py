@@ -27,16 +27,17 @@ flowchart LR
 5. `run.py`: the `Run` the runner returns and `store.run(id)` loads back.
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
-from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, RunFailed, ScopeReadError,
-                     ScopeWriteError, StageError, TracememError, UsageError)
+from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError, RunFailed,
+                     ScopeReadError, ScopeWriteError, StageError, TracememError, UsageError)
 from .flow.context import StageContext
 from .flow.decide import decide
 from .flow.pipeline import Flow, Pipeline
+from .flow.replay import ReplayModel
 from .record import Decision, Read, Step, Write
 from .run import Run
 
 __all__ = [
     "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
-    "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext", "StageError", "Step",
-    "TracememError", "UsageError", "Write", "decide",
+    "ReplayModel", "ResumeError", "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext",
+    "StageError", "Step", "TracememError", "UsageError", "Write", "decide",
 ]

@@ -12,7 +12,9 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── LoopLimitError       a loop exceeded its max_iterations guard
     ├── StageError           wraps what a stage raised, naming the stage and the run
     ├── RunFailed            a run ended failed; `.run` is the recorded run
+    ├── ResumeError          a run cannot be resumed or forked as asked (`flow.resume`, `flow.fork`)
     ├── ModelError           a chat model call failed (tracemem.models)
+    ├── ReplayMissError      a replayed call asked what the record never did, with no live model (flow.replay)
     ├── MemoryStoreError     a memory operation was refused (tracemem.memory)
     └── StoreLockedError     another process holds the store file (tracemem.store)
 """
@@ -89,3 +91,8 @@ class RunFailed(TracememError):
         super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
         self.run = run
         self.__cause__ = cause
+
+
+class ResumeError(TracememError):
+    """A run cannot be resumed or forked as asked: it is not paused, another flow version recorded it,
+    another process is resuming it, or the step to fork from does not fit; the message says which."""

@@ -8,6 +8,8 @@ under the step that ran it; ``model_calls`` rows become ``chat {model}`` spans
 become child spans of their step. Every span carries ``tracemem.run_id`` (and
 ``tracemem.step``) so a trace in any backend leads back to the DuckDB file; the
 trace id is recorded on the run (``run.trace_id``, shown by ``tracemem show``).
+A paused run's span ends with ``tracemem.status = paused``; resumed (in any process), its
+new run span links to the run span from before the pause (``runs.trace_id``, ``runs.span_id``).
 
 Content -- prompts, replies, decision evidence, run input and output, logs -- stays
 in the DuckDB file unless ``capture_content=True``.
@@ -27,11 +29,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import weakref
 from typing import Any, Optional
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .flow.sinks import default_sinks
 from .record import Decision, Read, Step, Write
@@ -102,6 +105,13 @@ def _value(value: Any) -> Any:
                                                 for v in value):
         return list(value)
     return json.dumps(value, default=str)
+
+
+def _links(run: Run) -> list[Link]:
+    """Links from a resumed run's span to its spans before the pause (recorded ids: hex text)."""
+    contexts = [SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                for t, s in run.links if re.fullmatch(r"[0-9a-f]{32}", t) and re.fullmatch(r"[0-9a-f]{16}", s)]
+    return [Link(c, {"tracemem.link": "resumed", "tracemem.run_id": run.run_id}) for c in contexts if c.is_valid]
 
 
 def _text_parts(content: Any) -> list[dict[str, Any]]:
@@ -180,9 +190,11 @@ class OTelSink:
                 parent.waiting.setdefault(run.parent_step, []).append(state)  # type: ignore[arg-type]
         else:
             span = self.tracer.start_span(f"invoke_workflow {run.pipeline}", kind=SpanKind.INTERNAL,
-                                          attributes=self._run_attributes(run), start_time=run.started_at)
+                                          attributes=self._run_attributes(run), links=_links(run),
+                                          start_time=run.started_at if run.resumed_from is None else time.time_ns())
             context = span.get_span_context()
             state.trace_id = run.trace_id = format(context.trace_id, "032x") if context.is_valid else None
+            run.span_id = format(context.span_id, "016x") if context.is_valid else None
             if span.is_recording():
                 state.span, state.ctx = span, trace.set_span_in_context(span)
             else:
@@ -225,6 +237,11 @@ class OTelSink:
             attributes["tracemem.parent_step"] = run.parent_step
         if run.continues is not None:
             attributes["tracemem.continues_run_id"] = run.continues
+        if run.resumed_from is not None:
+            attributes["tracemem.resumed"] = True
+        if run.forked_from_run_id is not None:
+            attributes["tracemem.forked_from_run_id"] = run.forked_from_run_id
+            attributes["tracemem.forked_from_step"] = run.forked_from_step
         if self.capture_content:
             attributes["tracemem.input"] = run.input_json
         return attributes
@@ -346,8 +363,11 @@ class OTelSink:
         """Build a subflow run's span under its parent step's span, then its waiting steps."""
         run = state.run
         span = self.tracer.start_span(f"invoke_workflow {run.pipeline}", context=parent, kind=SpanKind.INTERNAL,
-                                      attributes=self._run_attributes(run), start_time=run.started_at)
+                                      attributes=self._run_attributes(run), links=_links(run),
+                                      start_time=run.started_at if run.resumed_from is None else
+                                      min((s.started_at for s, _, _ in state.pending or ()), default=time.time_ns()))
         state.span, state.ctx = span, trace.set_span_in_context(span)
+        run.span_id = format(span.get_span_context().span_id, "016x")
         pending, state.pending = state.pending or [], None
         for step, decision, rows in pending:
             self._step(state, step, decision, rows)
@@ -362,7 +382,7 @@ class OTelSink:
                     self._materialize(child, state.ctx)
             state.waiting = None
         span.set_attribute("tracemem.status", run.status)
-        if run.status != "ok":
+        if run.status not in ("ok", "paused"):
             span.set_attribute("error.type", _error_type(run.error))
             span.set_status(Status(StatusCode.ERROR, run.error or run.status))
         if self.capture_content:

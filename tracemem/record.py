@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from .run import Run
 
 Verb = Literal["set", "append", "delete"]
-StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop"]
-StepStatus = Literal["ok", "failed"]
+StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop", "edit"]  # edit: a fork's edits
+StepStatus = Literal["ok", "failed", "paused"]  # paused: the stage asked a human (ctx.interrupt)
 
 
 class Read(NamedTuple):

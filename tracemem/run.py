@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from .errors import TracememError
 from .record import Decision, Read, RunLoader, Step, ThreadRun, Write
 from .scope.paths import parse_path, root_of
+from .scope.diff import Change, diff_values
 from .scope.replay import replay_thread
 from .scope.schema import ScopeSchema
 
@@ -53,6 +54,13 @@ class Run:
         self.continues: Optional[str] = None  # the run whose final state this run started from
         self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
         self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
+        self.pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)
+        self.resume_at: Optional[dict[str, Any]] = None  # a paused run: the stage it continues at, and how
+        self.forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
+        self.forked_from_step: Optional[int] = None
+        self.span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
+        self.resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
+        self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause
         self._previous: Optional["Run"] = None
 
     def __repr__(self) -> str:
@@ -73,6 +81,11 @@ class Run:
     def ok(self) -> bool:
         """True when the run finished without error."""
         return self.status == "ok"
+
+    @property
+    def paused(self) -> bool:
+        """True when the run waits for an answer (`run.pending` says what it asks; `flow.resume` answers)."""
+        return self.status == "paused"
 
     @property
     def input(self) -> dict[str, Any]:
@@ -149,6 +162,11 @@ class Run:
                 raise TracememError(f"run {self.run_id} has no value at '{path}' after step {step}") from None
         return value
 
+    def diff(self, other: "Run") -> list[Change]:
+        """The paths whose final values differ between this run and `other` (e.g. a fork and its
+        original), each as `Change(path, ours, theirs)`; a path one side lacks has `MISSING` there."""
+        return diff_values(_final(self), _final(other))
+
     # -- backtracking ---------------------------------------------------------------
     def backtrack(self, path: str, *, max_depth: int = 64, max_nodes: int = 2000,
                   cross_runs: bool = True) -> "Trace":
@@ -156,3 +174,9 @@ class Run:
         from .trace.walk import backtrack
 
         return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs)
+
+
+def _final(run: Run) -> Any:
+    """A run's final scope as JSON data (secrets redacted alike on both sides)."""
+    state = run.state_at()
+    return json.loads(state.model_dump_json()) if hasattr(state, "model_dump_json") else state

@@ -92,6 +92,8 @@ def run_json(run: Run, output: Any, final_state: Any) -> dict[str, Any]:
         "started_at": iso_ns(run.started_at), "ended_at": iso_ns(run.ended_at),
         "duration_ms": (run.ended_at - run.started_at) / 1e6 if run.ended_at else None,
         "trace_id": run.trace_id, "parent_run_id": run.parent_run_id, "continues": run.continues,
+        "pending": run.pending, "resume_at": run.resume_at, "forked_from_run_id": run.forked_from_run_id,
+        "forked_from_step": run.forked_from_step,
         "steps": [{**_times(s._asdict()), "duration_ms": (s.ended_at - s.started_at) / 1e6} for s in run.steps],
         "decisions": [d._asdict() for d in run.decisions],
         "model_calls": [_times(c) for c in run.rows.get("model_calls", [])],

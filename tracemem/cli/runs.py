@@ -14,7 +14,7 @@ CUT = 200  # characters of each final scope value `show` prints unless --full
 
 def setup_runs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help="only runs of this pipeline")
-    p.add_argument("--status", help="only runs with this status (ok, failed, interrupted, running)")
+    p.add_argument("--status", help="only runs with this status (ok, failed, paused, interrupted, running)")
     p.add_argument("--subject", help="only runs for this subject")
     p.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default 20)")
 
@@ -38,6 +38,8 @@ def cmd_runs(args: argparse.Namespace, out: Any) -> None:
         print(to_json(rows), file=out)
         return
     cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error", "degraded"]
+    if any(r.get("pending") is not None for r in rows):  # paused runs: what each asks
+        cols.append("pending")
     print(table(cols, [[r[c] for c in cols] for r in rows], width=50), file=out)
 
 
@@ -53,7 +55,9 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
     print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
     for label, value in (("error", run.error), ("degraded", run.degraded), ("subject", run.subject),
                          ("trace id", run.trace_id), ("parent run", run.parent_run_id),
-                         ("continues run", run.continues),
+                         ("continues run", run.continues), ("asks", json.dumps(run.pending) if run.paused else None),
+                         ("forked from", run.forked_from_run_id and
+                          f"run {run.forked_from_run_id} after step {run.forked_from_step}"),
                          ("duration", f"{duration:.2f} ms" if duration is not None else None)):
         if value:
             print(f"  {label}: {value}", file=out)

@@ -2,18 +2,22 @@
 
 A stage that takes `ctx` can log lines kept with its step, leave a loop, call a
 chat model so that the call is recorded (`ctx.complete`), mark the run degraded
-while it still succeeds (`ctx.degrade`), and emit extra rows
-(`model_calls`, `prompt_sections`, ...) tied to its step. Everything it records
-goes into the step's recorder, which the runner hands to the sinks.
+while it still succeeds (`ctx.degrade`), pause the run for a human (`ctx.interrupt`,
+see `flow/interrupt.py`), and emit extra rows (`model_calls`, `prompt_sections`, ...)
+tied to its step. Everything it records goes into the step's recorder, which the
+runner hands to the sinks.
 """
 from __future__ import annotations
 
 import copy
 import time
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
+from ..errors import TracememError
 from ..ids import new_id
+from .interrupt import Answer, Pause, PauseSignal, json_text
+from .replay import ReplayModel, request_hash
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -30,10 +34,11 @@ class StageContext:
     """
 
     __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
-                 "pipeline", "_rec")
+                 "pipeline", "_rec", "_answers", "_asked", "_replay")
 
     def __init__(self, run: "Run", rec: "StepRecorder", name: str, iteration: int, args: Mapping[str, Any],
-                 env: Mapping[str, Any], store: Any) -> None:
+                 env: Mapping[str, Any], store: Any, answers: Optional[Sequence[Answer]] = (),
+                 replay: Any = None) -> None:
         self.run_id = run.run_id
         self.run = run
         self.pipeline = run.pipeline
@@ -46,10 +51,37 @@ class StageContext:
         self.subject = run.subject
         self.store = store
         self._rec = rec
+        self._answers = answers  # None: a fork branch, which cannot pause
+        self._asked = 0
+        self._replay = replay  # a ReplayBook: calls whose exact request it holds are answered from it
 
     def break_loop(self, reason: str = "") -> None:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
         self._rec.break_reason = reason or "break_loop() called"
+
+    def interrupt(self, payload: Any = None) -> Any:
+        """Pause the run for a human and return their answer.
+
+        The first time, the run ends with status `paused` and `run.pending == payload` (JSON-able).
+        `flow.resume(run, answer)` re-enters this stage from its start, and this call returns `answer`.
+        Work before the call is done again on re-entry, except model calls through `ctx.complete`,
+        which are answered from the record: put other side effects after it (see `flow/interrupt.py`)."""
+        if self._answers is None:
+            raise TracememError(
+                f"ctx.interrupt() in fork branch '{self.stage}' (run {self.run_id}): fork branches run together "
+                f"and commit together, so one cannot pause alone; ask in a stage before or after the fork")
+        asked, self._asked = self._asked, self._asked + 1
+        if asked < len(self._answers):
+            return self._answers[asked].answer
+        json_text(payload)  # refused now if it cannot be recorded
+        self._rec.pause = Pause(payload, self.stage, "interrupt", self.step)
+        raise PauseSignal(f"stage '{self.stage}' paused run {self.run_id} for an answer (ctx.interrupt)")
+
+    @property
+    def answer(self) -> Any:
+        """The answer this step was resumed with (its first one), or None: how a stage behind a
+        `pause_before=True` point reads the answer the run was resumed with."""
+        return self._answers[0].answer if self._answers else None
 
     def log(self, message: str) -> None:
         """A line kept with this step (`steps.logs`)."""
@@ -78,22 +110,35 @@ class StageContext:
     def complete(self, model: Any, messages: list[Any], *, prompt_id: Optional[str] = None,
                  **options: Any) -> Any:
         """Call `model.complete(messages, **options)` and record the call as a `model_calls` row of this
-        step: model, provider, prompt id, reply, tokens, latency, and the error if it failed (then re-raised)."""
-        call = {"call_id": new_id(48), "model": getattr(model, "name", None),
-                "provider": getattr(model, "provider", None), "prompt_id": prompt_id or None}
+        step: model, provider, prompt id, reply, tokens, latency, and the error if it failed (then re-raised).
+
+        The row keeps the hash of the exact request (`request_hash`: model name, messages, every option),
+        so the call can be replayed later; when the run replays a record (`flow.fork(..., replay=True)`,
+        a resumed stage's calls before its pause), a request found there is answered from it and the
+        row says `replayed`."""
+        name = getattr(model, "name", None)
+        h = request_hash(name, messages, options)
+        call = {"call_id": new_id(48), "model": name, "provider": getattr(model, "provider", None),
+                "prompt_id": prompt_id or None, "request_hash": h}
         started = time.time_ns()
         try:
-            reply = model.complete(messages, **options)
+            if self._replay is not None:
+                reply = ReplayModel(self._replay, live=model, name=name).answer(h, messages, options)
+            elif isinstance(model, ReplayModel):
+                reply = model.answer(h, messages, options)
+            else:
+                reply = model.complete(messages, **options)
         except Exception as err:
             self.emit("model_calls", **call, response=None, input_tokens=None, output_tokens=None,
                       latency_ms=(time.time_ns() - started) / 1e6, started_at=started,
-                      error=f"{type(err).__name__}: {err}")
+                      error=f"{type(err).__name__}: {err}", replayed=False)
             raise
         usage = getattr(reply, "usage", None)
         self.emit("model_calls", **{**call, "model": getattr(reply, "model", None) or call["model"]},
                   response=reply.text, input_tokens=getattr(usage, "input_tokens", None),
                   output_tokens=getattr(usage, "output_tokens", None),
-                  latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None)
+                  latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None,
+                  replayed=bool(getattr(reply, "replayed", False)))
         return reply
 
 

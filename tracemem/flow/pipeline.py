@@ -14,6 +14,10 @@ while `when` holds: a branch key of the branch just before it, or a predicate
 `fn(scope) -> bool` recorded as a decision. `ctx.break_loop(reason)` in any stage
 inside a loop leaves it after that stage.
 
+A run can stop to ask a human (`ctx.interrupt`, `.then(fn, pause_before=True)`):
+`flow.resume(run, answer)` continues it, and `flow.fork(run, after_step, edits=...)`
+starts a new run from any recorded step (both in `flow/resume.py`).
+
 The builder sits beside its product, so nothing imports back: `Flow.run` assembles
 the sinks (the store's, OpenTelemetry's, the process-wide defaults) and hands the
 runner the compiled `Program`; the runner never sees the Flow.
@@ -28,6 +32,8 @@ from pydantic import BaseModel
 from ..errors import PipelineError, TracememError
 from ..run import Run
 from .program import Program
+from .interrupt import NO_ANSWER
+from .resume import fork_execution, resume_execution
 from .runner import Execution
 from .sinks import Sink, default_sinks
 from .spec import BranchNode, ForkNode, LoopNode, Node, StageNode, StageSpec, SubflowNode, stage_spec
@@ -53,9 +59,12 @@ class Pipeline(Generic[S]):
         self.nodes: list[Node] = []
 
     def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
-             description: Optional[str] = None, tool: bool = False) -> "Pipeline[S]":
-        """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next."""
-        self.nodes.append(StageNode(stage_spec(fn, id=id, name=name, description=description, tool=tool)))
+             description: Optional[str] = None, tool: bool = False, pause_before: bool = False) -> "Pipeline[S]":
+        """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next; `pause_before=True` pauses the run
+        before it begins (`flow.resume` continues it, `ctx.answer` holds the answer)."""
+        spec = stage_spec(fn, id=id, name=name, description=description, tool=tool)
+        spec.pause_before = pause_before
+        self.nodes.append(StageNode(spec))
         return self
 
     def branch(self, decider: Callable[..., Any], arms: Mapping[str, Any], *, id: Optional[str] = None,
@@ -154,21 +163,14 @@ class Flow(Generic[S]):
             subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
             tracer_provider: Any = None, resume: Any = None) -> Run:
         """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
-        unless `raise_on_error=False`; the failed run is recorded either way).
+        unless `raise_on_error=False`; the failed run is recorded either way). A run that asks a
+        human returns with status `paused` and `run.pending` (see `resume`).
 
         `resume=<Run or run id>` starts from that run's final state (a conversation
         thread): only `inputs` are recorded as this run's input, and reads of the
         carried-over state trace back into the earlier run."""
-        exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume)
-        if not self.program.has_async:
-            return run_sync(exe.execute(raise_on_error, async_mode=False),
-                            f"flow '{self.name}' suspended without async stages; use `await flow.arun(...)`")
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(exe.execute(raise_on_error, async_mode=True))
-        raise TracememError(f"flow '{self.name}' has async stages and an event loop is running: "
-                            f"use `await flow.arun(...)`")
+        return self._drive(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
+                           raise_on_error, "arun")
 
     async def arun(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
                    subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
@@ -176,6 +178,60 @@ class Flow(Generic[S]):
         """`run` for callers already inside an event loop."""
         exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume)
         return await exe.execute(raise_on_error, async_mode=True)
+
+    # -- pause, resume, fork (flow/resume.py) ----------------------------------------------
+    def resume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
+               env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
+               tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True) -> Run:
+        """Continue a `paused` run (or one a crash left `interrupted`) where it stopped, in any process:
+        the same run id, step numbers carrying on, finished stages never run again. The stage that asked
+        is re-entered and `ctx.interrupt` returns `answer` (recorded as a human input, given `by` whom;
+        with no answer it asks again). `run` is a Run or a run id in `store`; `replay=True` also answers
+        any call whose exact request the run recorded before from the record."""
+        exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
+                               sinks=self._sinks(store, durability, tracer_provider))
+        return self._drive(exe, raise_on_error, "aresume")
+
+    async def aresume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
+                      env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
+                      tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True) -> Run:
+        """`resume` for callers already inside an event loop."""
+        exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
+                               sinks=self._sinks(store, durability, tracer_provider))
+        return await exe.execute(raise_on_error, async_mode=True)
+
+    def fork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
+             store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
+             durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
+             raise_on_error: bool = True) -> Run:
+        """Start a new run from `run`'s recorded state after `after_step` (a step number, or a stage id: its
+        last execution; 0: the run's start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
+        recorded (`forked_from_run_id`, `forked_from_step`); `replay=True` answers every model call whose
+        exact request the original recorded from the record, so only changed prompts reach the model."""
+        exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
+                             subject=subject, sinks=self._sinks(store, durability, tracer_provider))
+        return self._drive(exe, raise_on_error, "afork")
+
+    async def afork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
+                    store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
+                    durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
+                    raise_on_error: bool = True) -> Run:
+        """`fork` for callers already inside an event loop."""
+        exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
+                             subject=subject, sinks=self._sinks(store, durability, tracer_provider))
+        return await exe.execute(raise_on_error, async_mode=True)
+
+    def _drive(self, exe: Execution, raise_on_error: bool, async_name: str) -> Run:
+        """Execute without an event loop when no stage is async, else under `asyncio.run`."""
+        if not self.program.has_async:
+            return run_sync(exe.execute(raise_on_error, async_mode=False),
+                            f"flow '{self.name}' suspended without async stages; use `await flow.{async_name}(...)`")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(exe.execute(raise_on_error, async_mode=True))
+        raise TracememError(f"flow '{self.name}' has async stages and an event loop is running: "
+                            f"use `await flow.{async_name}(...)`")
 
     def _execution(self, inputs: Any, env: Optional[Mapping[str, Any]], store: Any, subject: Optional[str],
                    durability: Optional[str], tracer_provider: Any, resume: Any) -> Execution:

@@ -21,6 +21,7 @@ from ..errors import PipelineError
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..scope.view import ScopeView, view_class
+from .interrupt import mentions_interrupt
 from .spec import BranchNode, ForkNode, LoopNode, Node, StageNode, StageSpec, SubflowNode
 
 if TYPE_CHECKING:
@@ -117,6 +118,11 @@ class Program:
             elif isinstance(node, ForkNode):
                 self._register(node.id, at)
                 for spec in node.branches:
+                    if mentions_interrupt(spec.fn):
+                        raise PipelineError(
+                            f"fork '{node.id}': branch '{spec.id}' calls ctx.interrupt(), but fork branches run "
+                            f"together and commit together, so one cannot pause alone; ask in a stage before or "
+                            f"after the fork (.then(ask).fork(...))")
                     self._register(spec.id, None, spec)
                 self.ins.append(Instruction("fork", node.id, node=node))
             elif isinstance(node, SubflowNode):
@@ -215,7 +221,8 @@ class Program:
             kind = {"stage": "stage", "branch": "decider"}.get(ins.op, ins.op)
             spec = ins.spec
             g.add_node(ins.id, kind=kind, name=spec.name if spec else ins.id,
-                       description=spec.description if spec else None, tool=bool(spec and spec.tool))
+                       description=spec.description if spec else None, tool=bool(spec and spec.tool),
+                       **({"pause_before": True} if spec is not None and spec.pause_before else {}))
             if ins.op in ("stage", "subflow"):
                 g.add_edge(ins.id, self.node_at(i + 1), label=None)
             elif ins.op == "branch":

@@ -2,10 +2,15 @@
 
 Every step goes the same way: begin (number it, find the decision that routed
 here) → call the stage with its view (and context) → on error, record the step
-failed and abort → otherwise commit its writes and hand the finished step to the
+failed and abort; if it asked a human (`ctx.interrupt`), record it paused and end
+the run `paused` → otherwise commit its writes and hand the finished step to the
 sinks. The node kinds differ only in what they do around that path: a decider
 picks the next instruction, a loop counts its rounds, a fork runs several steps
 at once, a subflow runs a child program inside its step.
+
+A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a
+recorded run (scope, step numbers, iteration counts, loops, the instruction to
+continue at) and this module carries on from there, the same way.
 
 One coroutine runs every flow. A flow with no async stage is driven without an
 event loop (the coroutine never suspends, so `run()` costs no asyncio set-up); a
@@ -30,65 +35,14 @@ from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .fork import fork_conflict, merge_branch, run_branches
+from .interrupt import Delivery, Pause
 from .program import Instruction, Program
+from .steps import Abort, Begun, LoopState, Paused
 from .sinks import Sink
 from .spec import LoopNode, StageSpec, SubflowNode
 from .sync import run_sync
 
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
-
-
-class Abort(TracememError):
-    """Ends a run as failed: the message recorded on the run, and the error behind it (internal: the
-    runner raises and catches it; a caller sees `RunFailed`)."""
-
-    def __init__(self, message: str, cause: BaseException) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class Begun:
-    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
-
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id")
-
-    def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
-                 routed_by: Optional[int]) -> None:
-        self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
-        self.started = time.time_ns()
-        self.child_run_id: Optional[str] = None
-
-
-class LoopState:
-    """Control-flow memory of a run: the decision that last routed into each region, how often each
-    loop went round, and the key each branch last chose."""
-
-    def __init__(self) -> None:
-        self.last_decision: dict[Any, int] = {}
-        self.rounds: dict[Any, int] = {}
-        self.branch_keys: dict[int, str] = {}
-
-    def routed_by(self, ins: Instruction) -> Optional[int]:
-        """The latest decision among those that routed into the regions holding `ins`."""
-        best = None
-        for region in ins.regions:
-            step = self.last_decision.get(region.key)
-            if step is not None and (best is None or step > best):
-                best = step
-        return best
-
-    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
-        """Count one more round of a loop (returns the count)."""
-        count = self.rounds.get(key, 0) + 1
-        self.rounds[key] = count
-        if decided_by is not None:
-            self.last_decision[key] = decided_by
-        return count
-
-    def leave(self, key: Any) -> None:
-        """A loop was left: its count and routing start afresh next time."""
-        self.rounds.pop(key, None)
-        self.last_decision.pop(key, None)
 
 
 class Execution:
@@ -110,10 +64,45 @@ class Execution:
         self.counts: dict[str, int] = {}
         self.async_mode = False
         self.loops = LoopState()
+        # set by flow/resume.py when the run starts part-way (a resumed run, a fork):
+        self.restored = False  # run, state and args are set already
+        self.pc = 0  # the instruction to start at
+        self.prelude: Optional[StageSpec] = None  # a fork's edits, run as its first step
+        self.deliver: Optional[Delivery] = None  # answers for the first step of the stage re-entered
+        self.gate = -1  # a `pause_before` point already answered
+        self.replay: Any = None  # a ReplayBook: model calls answered from a record
+        self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
+        if not self.restored:
+            self._start()
+        run = self.run
+        for sink in self.sinks:
+            sink.begin_run(run)
+        cause: Optional[BaseException] = None
+        try:
+            if self.prelude is not None:
+                begun, _ = await self._step(EDITS, self.prelude, "edit")
+                self._finish(begun)
+            await self._execute_program(self.pc)
+            run.status = "ok"
+        except Paused as paused:
+            run.status, run.pending, run.resume_at = "paused", paused.pause.payload, paused.pause.record(paused.pc)
+        except Abort as abort:
+            run.status, run.error, cause = "failed", str(abort), abort.cause
+        except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
+            run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
+            self._end(run)
+            raise
+        self._end(run)
+        if run.status not in ("ok", "paused") and raise_on_error:
+            raise RunFailed(run, cause)
+        return run
+
+    def _start(self) -> None:
+        """A fresh run: its starting scope (the input, or a thread's state plus the input) and record."""
         program, previous = self.program, self.resume
         if previous is None:
             data = recorded = program.schema.initial(self.inputs, program.name)
@@ -134,22 +123,6 @@ class Execution:
         if previous is not None:
             run.continue_from(previous)
         self._note_query(data)
-        for sink in self.sinks:
-            sink.begin_run(run)
-        cause: Optional[BaseException] = None
-        try:
-            await self._execute_program()
-            run.status = "ok"
-        except Abort as abort:
-            run.status, run.error, cause = "failed", str(abort), abort.cause
-        except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
-            run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
-            self._end(run)
-            raise
-        self._end(run)
-        if run.status != "ok" and raise_on_error:
-            raise RunFailed(run, cause)
-        return run
 
     def _note_query(self, data: dict[str, Any]) -> None:
         if self.program.query and self.run.query is None:
@@ -166,9 +139,9 @@ class Execution:
         for sink in self.sinks:
             sink.end_run(run)
 
-    async def _execute_program(self) -> None:
+    async def _execute_program(self, pc: int = 0) -> None:
         ins_list = self.program.ins
-        pc, end = 0, len(ins_list)
+        end = len(ins_list)
         while pc < end:
             ins = ins_list[pc]
             if ins.op == "stage":  # the common case, without a lookup
@@ -184,8 +157,13 @@ class Execution:
         self.next_step += 1
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
-        return Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
-                     self.loops.routed_by(ins) if ins.regions else None)
+        begun = Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
+                      self.loops.routed_by(ins) if ins.regions else None)
+        if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
+            begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
+            for i, answer in enumerate(begun.answers):
+                begun.rec.rows.append(("human_inputs", answer.row(self.run.run_id, begun.rec.step, i)))
+        return begun
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
         """Call the stage function with its view (and context, if it takes one)."""
@@ -193,7 +171,8 @@ class Execution:
         call = fn or spec.fn
         view = self.program.view_class(rec)
         if spec.takes_ctx:
-            ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store)
+            ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store,
+                               begun.answers, begun.replay or self.replay)
             result = call(view, ctx)
         else:
             result = call(view)
@@ -209,6 +188,8 @@ class Execution:
             result = await (body(begun) if body is not None else self._call(begun))
         except Exception as err:
             raise self._fail(begun, err)
+        if begun.rec.pause is not None:  # it asked a human (and caught the signal)
+            raise self._pause(begun)
         return begun, result
 
     def _finish(self, begun: Begun, decision: Optional[Decision] = None, ended: Optional[int] = None) -> None:
@@ -216,8 +197,10 @@ class Execution:
         begun.rec.commit()
         self._record(begun, "ok", None, decision, ended)
 
-    def _fail(self, begun: Begun, error: BaseException) -> Abort:
+    def _fail(self, begun: Begun, error: BaseException) -> TracememError:
         """Record a failed step (its reads, rows and logs kept, its writes never committed)."""
+        if begun.rec.pause is not None:  # not a failure: `ctx.interrupt` ended the stage
+            return self._pause(begun)
         schema, data = self.program.schema, self.state.data
         own = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
         message = schema.mask_secrets(str(own), data)
@@ -225,6 +208,13 @@ class Execution:
         if isinstance(error, TracememError) and not isinstance(error, StageError):
             return Abort(message, error)
         return Abort(schema.mask_secrets(str(StageError(begun.spec.id, self.run.run_id, error)), data), error)
+
+    def _pause(self, begun: Begun) -> Paused:
+        """Record a paused step (its reads, rows and logs kept, its writes never committed): the run pauses,
+        and resuming re-enters the stage as the same iteration."""
+        self.counts[begun.spec.id] -= 1
+        self._record(begun, "paused", None, None, None)
+        return Paused(begun.rec.pause, self.program.ids.get(begun.spec.id))
 
     def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
                 ended: Optional[int]) -> None:
@@ -251,11 +241,17 @@ class Execution:
         return ins.target
 
     async def _do_stage(self, ins: Instruction, pc: int) -> int:
+        if ins.spec.pause_before:  # type: ignore[union-attr]
+            if self.gate != pc:
+                raise Paused(Pause({"before": ins.id}, str(ins.id), "before"), pc)
+            self.gate = -1  # answered: pass once
         begun = self._begin(ins, ins.spec, "stage")  # type: ignore[arg-type]
         try:  # `_step`, inlined: this is the hot path
             await self._call(begun)
         except Exception as err:
             raise self._fail(begun, err)
+        if begun.rec.pause is not None:  # it asked a human (and caught the signal)
+            raise self._pause(begun)
         decision, next_pc = None, pc + 1
         if begun.rec.break_reason is not None:
             decision, next_pc = self._break(ins, begun)
@@ -362,12 +358,20 @@ class Execution:
                 child_inputs = unwrap(node.inputs(view))
             else:
                 child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
-            exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
-                            sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+            resumed = self.resume_child
+            if resumed is not None and resumed[0] == begun.spec.id:  # its child paused: resume that run
+                self.resume_child, exe = None, resumed[1]
+            else:
+                exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
+                                sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
+                exe.replay = self.replay  # a fork replaying a record replays its subflows' calls too
             coro = exe.execute(False, async_mode=self.async_mode)
             child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
             begun.child_run_id = child.run_id
-            self.run.children.append(child)
+            self.run.children = [c for c in self.run.children if c.run_id != child.run_id] + [child]
+            if child.status == "paused":  # the parent pauses with it; resuming the parent resumes the child
+                begun.rec.pause = Pause(child.pending, begun.spec.id, "subflow", begun.rec.step, child.run_id)
+                return
             if child.status != "ok":
                 raise TracememError(f"subflow '{node.flow.name}' (child run {child.run_id}) failed: {child.error}")
             for parent_field, child_field in node.outputs.items():
@@ -381,6 +385,8 @@ class Execution:
         self._finish(begun)
         return pc + 1
 
+
+EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop
 
 # What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
 HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {

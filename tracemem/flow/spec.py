@@ -29,6 +29,7 @@ class StageSpec:
     is_async: bool = False
     takes_ctx: bool = False
     tool: bool = False  # exported to OpenTelemetry as `execute_tool {name}`
+    pause_before: bool = False  # a declared pause point: the run pauses before this stage begins
 
 
 def stage_spec(fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,

@@ -5,6 +5,7 @@ both live and from the DuckDB file, so both sides share this one definition.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Callable
@@ -36,6 +37,7 @@ def root_of(text: str) -> str:
     return text.split(".", 1)[0].split("[", 1)[0]
 
 
+@functools.lru_cache(maxsize=4096)  # replaying a run parses the same few paths thousands of times
 def parse_path(text: str) -> Path:
     """Inverse of `format_path`."""
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)

@@ -39,7 +39,7 @@ class StepRecorder:
 
     __slots__ = (
         "state", "step", "stage", "overlay", "own", "seen", "proxies",
-        "reads", "writes", "ops", "seq", "capture", "evidence", "rows", "logs", "break_reason",
+        "reads", "writes", "ops", "seq", "capture", "evidence", "rows", "logs", "break_reason", "pause",
     )
 
     def __init__(self, state: RunState, step: int, stage: str) -> None:
@@ -59,6 +59,7 @@ class StepRecorder:
         self.rows: list[tuple[str, dict[str, Any]]] = []  # extra rows emitted by the stage
         self.logs: list[str] = []  # `ctx.log` lines
         self.break_reason: Optional[str] = None  # set by `ctx.break_loop`
+        self.pause: Any = None  # set by `ctx.interrupt` (a flow.interrupt.Pause): the step pauses
 
     # -- reads -------------------------------------------------------------
     def read(self, name: str) -> Any:

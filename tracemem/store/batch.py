@@ -30,7 +30,8 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "runs": [("run_id", S), ("pipeline", S), ("pipeline_hash", S), ("status", S), ("error", S),
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
-             ("continues_run_id", S), ("degraded", S), ("duration_ms", F)],
+             ("continues_run_id", S), ("degraded", S), ("duration_ms", F), ("pending", J), ("resume_at", J),
+             ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S)), ("duration_ms", F)],
@@ -39,7 +40,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
     "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
                     ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
-                    ("started_at", NS), ("error", S), ("duration_ms", F)],
+                    ("started_at", NS), ("error", S), ("duration_ms", F), ("request_hash", S), ("replayed", pa.bool_())],
     "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
     "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
                         ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
@@ -50,6 +51,8 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "run_embeddings": [("run_id", S), ("pipeline", S), ("embedder_id", S), ("query", S),
                        ("embedding", pa.list_(pa.float32())), ("created_at", NS)],
     "subflows": [("run_id", S), ("step", I), ("child_run_id", S), ("inputs", J), ("outputs", J)],
+    "human_inputs": [("run_id", S), ("step", I), ("idx", I), ("input_id", S), ("payload", J), ("answer", J),
+                     ("answered_by", S), ("asked_step", I), ("answered_at", NS)],
 }
 EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
 DERIVED = frozenset({"duration_ms"})  # computed by `Batch.insert`, never part of a row tuple
@@ -66,7 +69,8 @@ def run_row(run: Run) -> tuple:
     """The runs row (`GIVEN["runs"]` order) of a run."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id, run.continues, run.degraded)
+            run.subject, run.query, run.trace_id, run.continues, run.degraded, _json(run.pending),
+            _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id)
 
 
 def padded_run_row(row: Sequence[Any]) -> tuple:
@@ -77,7 +81,8 @@ def padded_run_row(row: Sequence[Any]) -> tuple:
 def end_facts(run: Run) -> dict[str, Any]:
     """What the runs row learns when a run ends."""
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
-            "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded}
+            "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded, "pending": _json(run.pending),
+            "resume_at": _json(run.resume_at), "span_id": run.span_id}
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
@@ -127,6 +132,7 @@ class Progress:
     journal: Optional[Literal["stage", "run"]] = None
     written: Optional[Mark] = None
     done: Optional[Mark] = None
+    resumed: bool = False  # a resumed run: its runs row exists (claimed), its record so far is `written`
 
 
 class Batch:
@@ -170,7 +176,7 @@ class Batch:
         """A finished run; one journaled under durability "stage" already has its runs row,
         and maybe some steps in the tables (`progress.written`)."""
         progress = progress or Progress()
-        if progress.journal == "stage":
+        if progress.journal == "stage" or progress.resumed:
             self.finished.append((run.run_id, end_facts(run)))
         else:
             self.rows["runs"].append(run_row(run))
@@ -203,12 +209,14 @@ class Batch:
                     con.execute(f"INSERT INTO {table} ({', '.join(arrays)}) SELECT * FROM _tracemem_batch")
                 finally:
                     con.unregister("_tracemem_batch")
-            for run_id, end in self.finished:
+            for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
                 con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
-                            "query = ?, trace_id = ?, degraded = ?, "
-                            "duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?",
+                            "query = ?, trace_id = coalesce(?, trace_id), degraded = ?, pending = ?, resume_at = ?, "
+                            "span_id = coalesce(?, span_id), duration_ms = (? - epoch_ns(started_at)) / 1e6 "
+                            "WHERE run_id = ?",
                             [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
-                             end["trace_id"], end.get("degraded"), end["ended_at"], run_id])
+                             end["trace_id"], end.get("degraded"), end.get("pending"), end.get("resume_at"),
+                             end.get("span_id"), end["ended_at"], run_id])
             if self.journaled:
                 con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
                             [self.journaled])

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-from .batch import Batch, end_facts, padded_run_row, run_row
+from .batch import Batch, Mark, end_facts, padded_run_row, run_row
 
 
 def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
@@ -33,6 +33,14 @@ def step_entry(step: Step, reads: list[Read], writes: list[Write], decision: Opt
 
 def end_entry(run: Run) -> str:
     return json.dumps(end_facts(run))
+
+
+def part_entry(run: Run, start: Mark) -> str:
+    """The record a resumed run added since `start` (what it already had in the tables), as one entry."""
+    steps, reads, writes, decisions, rows = start
+    extra = [(t, r) for t, table_rows in run.rows.items() for r in table_rows[rows.get(t, 0):]]
+    return json.dumps(_content(run.steps[steps:], run.reads[reads:], run.writes[writes:], run.decisions[decisions:],
+                               extra), default=str)
 
 
 def run_entry(run: Run) -> str:

@@ -43,17 +43,20 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
     """Run `run_id` with every row it recorded (and its child runs); `store` is kept as its loader."""
     head = first_row(con.execute(
         "SELECT pipeline, pipeline_hash, status, error, epoch_ns(started_at), epoch_ns(ended_at), input, output, "
-        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id, degraded FROM runs WHERE run_id = ?",
-        [run_id]))
+        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id, degraded, pending, resume_at, "
+        "forked_from_run_id, forked_from_step, span_id FROM runs WHERE run_id = ?", [run_id]))
     if head is None:
         raise TracememError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
     (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject, query,
-     trace_id, continues, degraded) = head
+     trace_id, continues, degraded, pending, resume_at, forked_from, forked_step, span_id) = head
     run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
               schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
               started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
     run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
     run.query, run.trace_id, run.store, run.continues, run.degraded = query, trace_id, store, continues, degraded
+    run.pending = json.loads(pending) if pending is not None else None
+    run.resume_at = json.loads(resume_at) if resume_at is not None else None
+    run.forked_from_run_id, run.forked_from_step, run.span_id = forked_from, forked_step, span_id
     run.steps = [Step(*row[:11], tuple(row[11] or ())) for row in con.execute(
         "SELECT step, stage, name, kind, iteration, status, error, epoch_ns(started_at), epoch_ns(ended_at), "
         "routed_by, child_run_id, logs FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]
@@ -65,10 +68,14 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
     run.decisions = [Decision(step, chosen, json.loads(evidence) if evidence else None) for step, chosen, evidence
                      in con.execute("SELECT step, chosen, evidence FROM decisions WHERE run_id = ? ORDER BY step",
                                     [run_id]).fetchall()]
-    for table in sorted(EXTRA_TABLES):
-        cols = [c for c, _ in COLUMNS[table]]
-        if "step" not in cols:
+    stepped = [t for t in sorted(EXTRA_TABLES) if "step" in (c for c, _ in COLUMNS[t])]
+    present = {r[0] for r in con.execute(  # one look at which tables hold rows of this run, then only those
+        " UNION ALL ".join(f"SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {t} WHERE run_id = $1)" for t in stepped),
+        [run_id]).fetchall()}
+    for table in stepped:
+        if table not in present:
             continue
+        cols = [c for c, _ in COLUMNS[table]]
         order = "step" + (", idx" if "idx" in cols else "")
         rel = con.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE run_id = ? ORDER BY {order}", [run_id])
         rows = [dict(zip(cols, r)) for r in rel.fetchall()]

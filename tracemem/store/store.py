@@ -20,6 +20,7 @@ marked interrupted by the others (store/pg/lease.py).
 from __future__ import annotations
 
 import atexit
+import json
 import sys
 import threading
 import weakref
@@ -40,6 +41,7 @@ from .blame import BlameReport, blame
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .backend import Backend, open_backend
+from .claims import claim, release
 from .load import load_run, thread
 from .retention import PruneReport, prune
 from .snapshots import SnapshotIndex
@@ -107,6 +109,19 @@ class Store:
         and every finished stage of runs recorded with durability "stage")."""
         self.writer.flush()
 
+    def claim_run(self, run_id: str, steps: int) -> tuple[bool, str, Optional[int], Optional[str]]:
+        """Mark a paused or interrupted run (holding `steps` steps, as loaded) as being resumed by this
+        process, in one atomic UPDATE (`flow.resume` does this): (won, status, pid, host), the last three
+        saying who has it when lost; see store/claims.py."""
+        self.flush()
+        with self.lock:
+            return claim(self.con, run_id, steps, self.lease if self.backend.shared else None)
+
+    def release_run(self, run_id: str, status: str) -> None:
+        """Give back a claim whose resume could not start (the run is `status` again)."""
+        with self.lock:
+            release(self.con, run_id, status)
+
     def close(self) -> None:
         """Write every queued run, stop the writer and close the file."""
         if self._closed:
@@ -168,11 +183,14 @@ class Store:
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         rel = self.sql(
             "SELECT run_id, pipeline, status, error, degraded, started_at, ended_at, "
-            "round(duration_ms, 3) AS duration_ms, subject, parent_run_id, "
+            "round(duration_ms, 3) AS duration_ms, subject, parent_run_id, pending, forked_from_run_id, "
             "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
             f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
         cols = rel.columns
-        return [dict(zip(cols, row)) for row in rel.fetchall()]
+        out = [dict(zip(cols, row)) for row in rel.fetchall()]
+        for row in out:  # what a paused run asks, as data
+            row["pending"] = json.loads(row["pending"]) if isinstance(row["pending"], str) else row["pending"]
+        return out
 
     def similar_runs(self, pipeline: str, query: str, *, embedder: Any = None, top_k: int = 1,
                      min_score: float = 0.7, exclude: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:

@@ -15,7 +15,7 @@ from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -85,10 +85,28 @@ V4_MIGRATION: list[str] = [
 # Version 5: judgements on recorded values, and the runs they (or flagged memories) make suspect.
 V5_MIGRATION: list[str] = [FEEDBACK_DDL, SUSPECT_VIEW_DDL]
 
-MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION}
+# Version 6: pause, resume, fork and replay (issue 14). A paused run holds its question in `pending` and
+# where it continues in `resume_at`; a fork names the run and step it started from; a human's answers are
+# rows of their own; each model call keeps the hash of its exact request and whether it was replayed.
+V6_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN pending JSON",
+    "ALTER TABLE runs ADD COLUMN resume_at JSON",
+    "ALTER TABLE runs ADD COLUMN forked_from_run_id VARCHAR",
+    "ALTER TABLE runs ADD COLUMN forked_from_step INTEGER",
+    "ALTER TABLE runs ADD COLUMN span_id VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN request_hash VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN replayed BOOLEAN",
+    """CREATE TABLE human_inputs (
+        run_id VARCHAR, step INTEGER, idx INTEGER, input_id VARCHAR, payload JSON, answer JSON,
+        answered_by VARCHAR, asked_step INTEGER, answered_at TIMESTAMP_NS)""",
+]
+
+MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
+                                  6: V6_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
-              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback")
+              "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",
+              "human_inputs")
 ALL_TABLES = RUN_TABLES + ("memories", "memory_events", "tracemem_meta")
 VIEWS = ("suspect_runs",)  # derived from the tables, never stored
 

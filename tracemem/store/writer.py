@@ -21,7 +21,7 @@ from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
-from .journal import end_entry, run_entry, step_entry
+from .journal import end_entry, part_entry, run_entry, step_entry
 from .snapshots import embedding_rows
 
 
@@ -175,6 +175,12 @@ class StoreSink:
         self.durability = durability
 
     def begin_run(self, run: Run) -> None:
+        if run.resumed_from is not None:  # its runs row exists (claimed by flow.resume), its record so far too
+            mark = run.resumed_from
+            self.writer.progress[run.run_id] = Progress(written=mark, done=mark, resumed=True)
+            if self.durability == "stage":
+                self.writer.inflight[run.run_id] = run
+            return
         if self.durability == "stage":
             batch = Batch()
             batch.rows["runs"].append(run_row(run))
@@ -198,6 +204,13 @@ class StoreSink:
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"
             writer.inflight.pop(run.run_id, None)
+        elif writer.flush_interval <= 0 and run.resumed_from is not None:  # on disk before flow.resume returns
+            progress = writer.progress[run.run_id]
+            start = progress.written or run.resumed_from
+            first = run.steps[start[0]].step if len(run.steps) > start[0] else 0
+            writer.journal(run.run_id, first, "step", part_entry(run, start))
+            writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
+            progress.journal = "stage"
         elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
             writer.journal(run.run_id, 0, "run", run_entry(run))
             writer.progress[run.run_id] = Progress(journal="run")

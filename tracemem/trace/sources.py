@@ -1,6 +1,6 @@
 """Backtracking beyond the scope: model calls, prompt sections, memories, past runs.
 
-For any step on a trace, the rows that step emitted (`model_calls`,
+For any step on a trace, the rows that step emitted (`model_calls`, `human_inputs`,
 `memory_uses`, `snapshot_uses`) become nodes, and from a memory the walk
 continues, through its provenance, into the run and step that extracted it —
 following there only what explains the memory: the extraction's model call and
@@ -10,6 +10,7 @@ The walker calls `step_sources` for every write and step it expands.
 """
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..memory.errors import MemoryNotFoundError
@@ -32,6 +33,13 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -
                  error=call.get("error"), input_tokens=call.get("input_tokens"),
                  output_tokens=call.get("output_tokens")):
             w.link(node, child, "source")
+    for answer in idx.rows("human_inputs", step):
+        child = f"hi:{run_id}:{answer['input_id']}"
+        if w.add(child, depth + 1, idx, None, kind="human_input", run_id=run_id, step=step,
+                 input_id=answer["input_id"], by=answer.get("answered_by"), answer=_json(answer.get("answer")),
+                 asked=_json(answer.get("payload")), asked_step=answer.get("asked_step"),
+                 answered_at=answer.get("answered_at")):
+            w.link(node, child, "source")
     for use in idx.rows("memory_uses", step):
         if use["outcome"] == "injected":
             memory_node(w, node, use["memory_id"], depth, "source")
@@ -43,6 +51,11 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -
                  run_id=use["source_run_id"], score=use["score"], projection=use["projection"],
                  query=use.get("query"), via="load_snapshot", suspect=suspect.get(use["source_run_id"])):
             w.link(node, child, "source")
+
+
+def _json(text: Any) -> Any:
+    """A JSON column as its value (a live row holds the text, as the table does)."""
+    return json.loads(text) if isinstance(text, str) else text
 
 
 def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any]) -> None:

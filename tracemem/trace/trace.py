@@ -5,7 +5,7 @@ Edges point from a value to what it depended on:
   (or the run input);
 - compose: a partial write (append, item set, delete) ← the field's previous write;
 - control: a step ← the decision that routed execution to it ← the decider's reads;
-- source: beyond the scope (`sources`): a model call ← its prompt sections
+- source: beyond the scope (`sources`): a human's answer to a pause; a model call ← its prompt sections
   ← memories ← the run and step a memory was extracted in, and past runs loaded as
   snapshots — followed into those runs' own records.
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "Trace", "describe", "describe_decision"]
 
-KINDS = ("write", "input", "decision", "step", "model_call", "prompt_section", "memory", "run")
+KINDS = ("write", "input", "decision", "step", "model_call", "prompt_section", "memory", "run", "human_input")
 _ARROWS = {"control": "⇐ ", "provenance": "↞ "}
 _EDGE_ORDER = {"source": 0, "provenance": 1, "subflow": 2, "data": 3, "compose": 4, "control": 5}
 _SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
@@ -58,7 +58,8 @@ class Trace:
         return [by_number[i] for i in ids if i in by_number]
 
     def sources(self, kind: str) -> list[dict[str, Any]]:
-        """Nodes of one kind: 'memory', 'prompt_section', 'model_call', 'run', 'input', 'decision', 'write'."""
+        """Nodes of one kind: 'memory', 'prompt_section', 'model_call', 'human_input', 'run', 'input',
+        'decision', 'write'."""
         return [{"node": n, **d} for n, d in self.graph.nodes(data=True) if d.get("kind") == kind]
 
     def runs(self) -> list[str]:
@@ -264,6 +265,8 @@ def describe(d: dict[str, Any]) -> str:
     if kind == "write":
         verb = {"set": "=", "append": "+=", "delete": "deleted"}.get(d["verb"], d["verb"])
         value = "" if d["verb"] == "delete" else " " + _value(json.loads(d["value"]) if d["value"] else None)
+        if d.get("edit"):
+            return f"{d['path']} {verb}{value}  (edit, run {d['run_id'][:8]} step {d['step']}: {d['edit']})"
         return f"{d['path']} {verb}{value}  (run {d['run_id'][:8]} step {d['step']}, {d['stage']})"
     if kind == "input":
         value = d.get("value")
@@ -295,6 +298,11 @@ def describe(d: dict[str, Any]) -> str:
         state = "forgotten" if d.get("forgotten") else d["review_state"]
         return (f"memory {d['memory_id']} {_value(d['text'], 60)!r} (confidence {d['confidence']:g}, "
                 f"{state}{flag}){since}")
+    if kind == "human_input":
+        who = f" by {d['by']}" if d.get("by") else ""
+        asked = f" (asked at step {d['asked_step']}: {_value(d.get('asked'), 50)})" if d.get("asked_step") else \
+            f" (asked: {_value(d.get('asked'), 50)})"
+        return f"human input{who}: {_value(d.get('answer'))}{asked}"
     if kind == "run":
         if d.get("via") == "load_snapshot":
             suspect = f" — suspect since: {d['suspect']}" if d.get("suspect") else ""

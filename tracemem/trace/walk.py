@@ -3,7 +3,9 @@
 The walker turns reads, writes and decisions into the nodes and edges of a
 trace, and asks `sources` for what lies beyond the scope (model calls, prompt
 sections, memories, past runs). Other runs are read through the loader the run
-was recorded with (`run.store`): a thread once per walk, a run once per walk.
+was recorded with (`run.store`): a thread once per walk, a run once per walk. A fork
+(`flow.fork`) started from another run's state: what it read from that state is traced
+into the original run, to the write that set it before the fork point.
 """
 from __future__ import annotations
 
@@ -73,14 +75,22 @@ class Walker:
     def write_node(self, idx: RunIndex, w: Write, depth: int) -> str:
         node = idx.node_write(w)
         step = idx.steps[w.step]
-        self.add(node, depth, idx, ("write", w), kind="write", run_id=idx.run.run_id, step=w.step, seq=w.seq,
-                 path=w.path, verb=w.verb, value=w.value, stage=step.stage, child_run_id=step.child_run_id)
+        run = idx.run
+        edit = {"edit": f"fork of run {str(run.forked_from_run_id)[:8]} after step {run.forked_from_step}"} \
+            if step.kind == "edit" else {}
+        self.add(node, depth, idx, ("write", w), kind="write", run_id=run.run_id, step=w.step, seq=w.seq,
+                 path=w.path, verb=w.verb, value=w.value, stage=step.stage, child_run_id=step.child_run_id, **edit)
         return node
 
     def origin(self, idx: RunIndex, path: str, depth: int) -> str:
         """Where a value read as run input came from: the input, or — for a run that
         resumed an earlier one — the last write of it earlier in the thread."""
         field = root_of(path)
+        forked = idx.run.forked_from_run_id
+        source = self.index(forked) if forked else None
+        if source is not None:  # a fork's starting state: set in the original run, before the fork point
+            before = [w for w in source.by_root.get(field, ()) if w.step <= (idx.run.forked_from_step or 0)]
+            return self.write_node(source, before[-1], depth) if before else self.origin(source, path, depth)
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
         for run_id, inputs, first, writes, live in reversed(self.thread(idx, field)[:-1]):
@@ -109,34 +119,43 @@ class Walker:
                                             for t in full]
         return filtered[:position + 1]
 
-    def element_write(self, idx: RunIndex, root: str, index: int) -> Optional[tuple[RunIndex, Optional[Write]]]:
+    def element_write(self, idx: RunIndex, root: str, index: int,
+                      upto: Optional[int] = None) -> Optional[tuple[RunIndex, Optional[Write]]]:
         """Which write produced element `index` of list field `root` (following appends, item sets and
-        deletes in order, back through the thread): (its run, the write, or None when the element came
-        from a run's input); None when `root` is not a list or `index` is out of range."""
-        producers: list[tuple[str, Any, Optional[Write]]] = []  # (run id, live run, write or None = input)
+        deletes in order, back through the thread, and from a fork into its original): (its run, the
+        write, or None when the element came from a run's input); None when `root` is not a list or
+        `index` is out of range. `upto`: as the list stood after that step of `idx`'s run."""
+        producers: list[tuple[str, Any, Optional[Write], int]] = []  # (run id, live run, write or None =
+        # input, position in that input)
         for run_id, inputs, first, writes, live in self.thread(idx, root):
+            if upto is not None and run_id == idx.run.run_id:
+                writes = [w for w in writes if w.step <= upto]
             if first or root in inputs:
                 value = inputs.get(root)
                 if not isinstance(value, list):
                     return None
-                producers = [(run_id, live, None)] * len(value)
+                producers = [(run_id, live, None, i) for i in range(len(value))]
             for w in writes:
                 path = parse_path(w.path)
                 if len(path) == 1:
                     if w.verb == "append":
-                        producers.append((run_id, live, w))
+                        producers.append((run_id, live, w, -1))
                     else:
                         value = json.loads(w.value) if w.value else []
-                        producers = [(run_id, live, w)] * (len(value) if isinstance(value, list) else 0)
+                        producers = [(run_id, live, w, -1)] * (len(value) if isinstance(value, list) else 0)
                 elif isinstance(path[1], int):
                     if len(path) == 2 and w.verb == "delete":
                         del producers[path[1]]
                     else:
-                        producers[path[1]] = (run_id, live, w)
+                        producers[path[1]] = (run_id, live, w, -1)
         if not -len(producers) <= index < len(producers):
             return None
-        run_id, live, produced = producers[index]
+        run_id, live, produced, position = producers[index]
         owner = self.index(run_id, live)
+        forked = owner.run.forked_from_run_id if owner is not None and produced is None else None
+        source = self.index(forked) if forked else None
+        if owner is not None and source is not None:  # in the fork's starting state: from the original
+            return self.element_write(source, root, position, owner.run.forked_from_step or 0) or (owner, None)
         return (owner, produced) if owner is not None else None
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
@@ -222,8 +241,7 @@ class Walker:
                 reads = [r for r in reads if not idx.model_output(r)]
             self.read_sources(node, idx, reads, depth)
             self.control(node, idx, step, depth)
-            if what != "decision":
-                sources.step_sources(self, idx, step, node, depth)
+            sources.step_sources(self, idx, step, node, depth)  # a decider's too: a model or a human chose
         elif callable(what):
             what(self, node, depth, idx, *item[1:])
 
@@ -272,6 +290,12 @@ def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 20
             walker.walk()
             return trace
     target = idx.last_write(path)
+    if target is None and run.forked_from_run_id and walker.index(run.forked_from_run_id) is not None:
+        root = walker.origin(idx, path, 0)  # set before the fork point: traced in the original run
+        if walker.g.nodes[root].get("kind") == "write":
+            trace.root = root
+            walker.walk()
+            return trace
     if target is None:
         trace.missing = "never-written"
         trace.root = walker.input_node(idx, path, 0)

@@ -22,7 +22,7 @@ from ...errors import TracememError
 from ..batch import Batch
 from ..tables import ALL_TABLES, VIEWS
 from ..user_sql import ReadOnlySQLError
-from .connection import PgConnection, PgCursor, first_line, parse_target, quote_ident, translate
+from .connection import PgConnection, PgCursor, bind, first_line, parse_target, quote_ident, translate
 from .copy import copy_table, insert_batch
 from .lease import Reaper, hold, reap
 from .memory_sql import PgMemorySQL
@@ -99,7 +99,7 @@ class PgBackend:
     def sql(self, query: str, params: Any = None) -> Optional[SQLResult]:
         """User SQL: on a read-only store, one statement in a READ ONLY transaction that is rolled back."""
         text = query if params is None else translate(query)
-        args = None if params is None else list(params)
+        args = None if params is None else bind(query, params)
         con = self.con
         try:
             with con.lock:
@@ -144,7 +144,8 @@ class PgBackend:
         con = self.con
         with con.transaction():
             with con.raw.cursor(name="tracemem_read") as cur:
-                cur.execute(translate(query) if params is not None else query, list(params) if params else None)
+                cur.execute(translate(query) if params is not None else query,
+                            bind(query, params) if params is not None else None)
                 names = [d.name for d in cur.description or ()]
                 kinds = [ARROW_TYPES.get(t) for t in self._type_names([d.type_code for d in cur.description or ()])]
                 while True:

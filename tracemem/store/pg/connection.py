@@ -32,22 +32,33 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from ...errors import TracememError
 
-__all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "parse_target", "quote_ident", "first_line"]
+__all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "bind", "parse_target", "quote_ident", "first_line"]
 
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|%")
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$\d+|%")
 _BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")
 _END = ("COMMIT", "ROLLBACK", "END")
 
 
 @lru_cache(maxsize=1024)
 def translate(query: str) -> str:
-    """DuckDB-style `?` parameters as psycopg's `%s`, and a literal `%` as `%%` (psycopg reads `%` everywhere)."""
+    """DuckDB-style parameters for psycopg: `?` as `%s`, `$n` as `%(pn)s` (see `bind`), and a literal `%`
+    as `%%` (psycopg reads `%` everywhere)."""
     def one(match: re.Match[str]) -> str:
         token = match.group(0)
         if token == "?":
             return "%s"
+        if token[0] == "$":
+            return f"%(p{token[1:]})s"
         return token.replace("%", "%%")
     return _TOKENS.sub(one, query)
+
+
+def bind(query: str, params: Any) -> Any:
+    """The parameters as psycopg takes them for `translate(query)`: a list, or by name for `$n`."""
+    values = list(params)
+    if "%(p" in translate(query):
+        return {f"p{i + 1}": v for i, v in enumerate(values)}
+    return values
 
 
 def quote_ident(name: str) -> str:
@@ -147,7 +158,7 @@ class PgConnection:
                 if params is None:
                     cur = self.raw.execute(query, binary=binary)
                 else:
-                    cur = self.raw.execute(translate(query), list(params), binary=binary)
+                    cur = self.raw.execute(translate(query), bind(query, params), binary=binary)
         except BaseException as err:
             if word in _BEGIN:
                 self._release()

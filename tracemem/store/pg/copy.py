@@ -124,13 +124,14 @@ def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
             if table == "runs" and "lease" not in arrays:
                 arrays["lease"] = pa.array([lease] * len(columns[0]), pa.string())
             copy_table(con, table, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
-        if batch.finished:
+        if batch.finished:  # as batch.py's (a resumed run keeps its earlier trace id unless it has a new one)
             con.executemany("UPDATE runs SET status = ?, error = ?, ended_at = ?, output = ?, query = ?, "
-                            "trace_id = ?, degraded = ?, duration_ms = (?::bigint - epoch_ns(started_at)) / 1e6 "
+                            "trace_id = coalesce(?, trace_id), degraded = ?, pending = ?, resume_at = ?, "
+                            "span_id = coalesce(?, span_id), duration_ms = (?::bigint - epoch_ns(started_at)) / 1e6 "
                             "WHERE run_id = ?",
                             [(e["status"], e["error"], from_ns(e["ended_at"]), e["output"], e["query"],
-                              e["trace_id"], e.get("degraded"), e["ended_at"], run_id)
-                             for run_id, e in batch.finished])
+                              e["trace_id"], e.get("degraded"), e.get("pending"), e.get("resume_at"),
+                              e.get("span_id"), e["ended_at"], run_id) for run_id, e in batch.finished])
         if batch.journaled:
             con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [batch.journaled])
         for run_id, steps in batch.journaled_steps:

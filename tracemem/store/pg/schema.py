@@ -145,7 +145,21 @@ V5: list[str] = [
     PG_SUSPECT_VIEW,
 ]
 
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5}
+V6: list[str] = [
+    "ALTER TABLE runs ADD COLUMN pending json",
+    "ALTER TABLE runs ADD COLUMN resume_at json",
+    "ALTER TABLE runs ADD COLUMN forked_from_run_id text",
+    "ALTER TABLE runs ADD COLUMN forked_from_step integer",
+    "ALTER TABLE runs ADD COLUMN span_id text",
+    "ALTER TABLE model_calls ADD COLUMN request_hash text",
+    "ALTER TABLE model_calls ADD COLUMN replayed boolean",
+    """CREATE TABLE human_inputs (
+        run_id text, step integer, idx integer, input_id text, payload json, answer json,
+        answered_by text, asked_step integer, answered_at timestamp)""",
+    "CREATE INDEX human_inputs_run ON human_inputs (run_id)",
+]
+
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6}
 
 
 def memory_ddl(vector: str) -> list[str]:

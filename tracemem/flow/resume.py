@@ -1,0 +1,271 @@
+"""Continuing a recorded run: `flow.resume` (the same run, carrying on) and `flow.fork` (a new run).
+
+Resume takes a run that is `paused` (it asked a human) or `interrupted` (its process
+died, or was stopped), checks that this flow is the one that recorded it, claims it
+in the store (one atomic UPDATE: two resumers cannot both win), rebuilds its state
+from the record (`flow/position.py`) and hands the runner an Execution that starts
+where the run stopped: same run id, step numbers carrying on, finished stages never
+run again. The stage that asked is re-entered with the answers so far (the new one
+recorded as a `human_inputs` row), its model calls before the pause answered from
+the record. A pause inside a subflow paused the parent too: resuming the parent
+resumes the child, with the answer.
+
+Fork starts a new run from the state after any recorded step, with edits applied
+as the fork's first step (kind `edit`, its writes validated like any write), and
+records where it came from (`forked_from_run_id`, `forked_from_step`); with
+`replay=True` every model call whose exact request the original recorded is
+answered from the record (`flow/replay.py`).
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+
+from ..errors import PathError, ResumeError, ScopeReadError, ScopeWriteError, TracememError
+from ..ids import new_id
+from ..run import Run
+from ..scope.paths import parse_path
+from ..scope.recorder import RunState, StepRecorder
+from .context import ReadOnlyArgs
+from .interrupt import NO_ANSWER, Answer, Delivery, json_text
+from .position import initial_scope, locate, scope_at
+from .program import Program
+from .replay import ReplayBook
+from .runner import Execution
+from .sinks import Sink
+from .spec import StageSpec
+
+if TYPE_CHECKING:
+    from .position import Position
+
+__all__ = ["resume_execution", "fork_execution"]
+
+RESUMABLE = ("paused", "interrupted")
+
+
+def _load(target: Union[Run, str], store: Any, verb: str) -> Run:
+    if isinstance(target, Run):
+        return target
+    if not isinstance(target, str):
+        raise ResumeError(f"{verb} takes a Run or a run id, got {target!r}")
+    if store is None:
+        raise ResumeError(f"{verb}('{target}') needs store=...: a run id is looked up in the store it was recorded in")
+    return store.run(target)
+
+
+def _check(program: Program, run: Run) -> None:
+    """Refuse a run this flow cannot continue, saying which and what to do."""
+    rid, name = run.run_id, run.pipeline
+    if name != program.name:
+        raise ResumeError(f"run {rid} is a run of '{name}', not of '{program.name}'; resume it with the flow "
+                          f"'{name}' that recorded it")
+    if run.status not in RESUMABLE + ("running",):  # a running one is refused by the claim, which says who has it
+        last_ok = max((s.step for s in run.steps if s.status == "ok"), default=0)
+        what = {"ok": "it finished (status ok): nothing waits for an answer",
+                "failed": f"it failed ({run.error}): a failed run is not continued"}.get(
+            run.status, f"its status is {run.status!r}")
+        raise ResumeError(f"run {rid} of '{name}' is not paused or interrupted: {what}. To try again from one of "
+                          f"its steps, fork it: flow.fork('{rid}', after_step={last_ok}, store=store)")
+    if run.pipeline_hash != program.hash:
+        last_ok = max((s.step for s in run.steps if s.status == "ok"), default=0)
+        raise ResumeError(
+            f"run {rid} was recorded by '{name}' version {run.pipeline_hash}, but this flow is version "
+            f"{program.hash} (its stages or their code changed since): resuming would mix two versions in one "
+            f"run. Resume it with the flow that paused it, or fork it into this version: "
+            f"flow.fork('{rid}', after_step={last_ok}, store=store)")
+
+
+def _claim(run: Run, store: Any) -> str:
+    """Mark the run as being resumed here, atomically: a second resumer is refused. Returns its status
+    before (what `_release` gives back)."""
+    status = run.status
+    if store is None:  # a run at hand, recorded nowhere: the object is the claim
+        if status not in RESUMABLE:
+            raise ResumeError(f"run {run.run_id} cannot be resumed twice at once: it is running (status "
+                              f"{status}); wait until it pauses or ends, then resume it again if it asks")
+        run.status = "running"
+        return status
+    if store.read_only:
+        raise ResumeError(f"{store.path} is open read-only; open Store('{store.path}') to resume run {run.run_id}")
+    won, before, pid, host = store.claim_run(run.run_id, len(run.steps))
+    if won and status == "running":  # it was running when loaded and has stopped since: look again
+        store.release_run(run.run_id, "interrupted")
+        before = "changed"
+    elif won:
+        before = status
+    if before == "changed":
+        raise ResumeError(f"run {run.run_id} was resumed by someone else since it was loaded (the store holds "
+                          f"more of it now); load it again (pass its id) and resume it if it still asks")
+    if before == "missing":
+        raise ResumeError(f"run {run.run_id} is not in {store.path}; resume it with the store it was recorded in")
+    if not won:
+        raise ResumeError(f"run {run.run_id} cannot be resumed twice at once: process {pid} on {host} is running it "
+                          f"(status {before}: resuming it, or on its first go); wait until it pauses or ends, then "
+                          f"resume it again if it asks")
+    run.status = "running"
+    return before
+
+
+def _resumed(run: Run) -> None:
+    """The run carries on: its record so far is in the store, its earlier spans are linked to."""
+    run.resumed_from = (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
+                        {t: len(rows) for t, rows in run.rows.items()})
+    if run.trace_id:
+        run.links = [(run.trace_id, run.span_id or "")]
+    run.trace_id = run.span_id = None
+    run.error, run.pending, run.resume_at, run.ended_at = None, None, None, None
+
+
+def _restore(exe: Execution, program: Program, run: Run, data: dict[str, Any],
+             last: dict[str, tuple[int, int]], pos: "Position", args: dict[str, Any]) -> None:
+    exe.state = RunState(program.schema, data, exe.salt)
+    exe.state.last_write.update(last)
+    exe.args = ReadOnlyArgs(args)
+    exe.run = run
+    exe.pc, exe.counts, exe.loops = pos.pc, dict(pos.counts), pos.loops
+    exe.restored = True
+
+
+def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO_ANSWER, *, store: Any = None,
+                     by: Optional[str] = None, env: Optional[Mapping[str, Any]] = None,
+                     sinks: Optional[list[Sink]] = None, replay: bool = False, child: bool = False) -> Execution:
+    """An Execution that continues a paused or interrupted run where it stopped (see the module doc)."""
+    run = _load(target, store, "resume")
+    if run.parent_run_id is not None and not child:
+        raise ResumeError(f"run {run.run_id} is a subflow of run {run.parent_run_id}; resume that run (the parent), "
+                          f"which resumes this one with it")
+    _check(program, run)
+    if run.status == "running":  # refused by the claim, which says who has it
+        _claim(run, store)
+    pos = locate(program, run)
+    given = answer is not NO_ANSWER
+    if given:
+        json_text(answer)
+    paused = pos.paused
+    asked = run.status == "paused" or paused is not None
+    if not asked and given:
+        raise ResumeError(f"run {run.run_id} was interrupted, not paused: nothing asked for an answer; resume it "
+                          f"without one (it continues after step {pos.last})")
+    at = program.ins[pos.pc] if pos.pc < len(program.ins) else None
+    if run.status == "paused" and (at is None or (run.resume_at or {}).get("stage") not in (None, at.id)):
+        raise ResumeError(f"run {run.run_id} paused at stage '{(run.resume_at or {}).get('stage')}', but its record "
+                          f"leads this flow to {at.id if at else 'its end'!r}; resume it with the flow that paused it")
+    data, last = scope_at(program, run, None)
+    args = initial_scope(program, run)
+    status = _claim(run, store)
+    try:
+        exe = Execution(program, None, env=env, store=store, subject=run.subject, sinks=sinks)
+        _restore(exe, program, run, data, last, pos, args)
+        exe.next_step = max((s.step for s in run.steps), default=0)
+        if replay:  # any call whose exact request this run (or its subflows) recorded, in recorded order
+            exe.replay = ReplayBook.of_run(run)
+        child_id = paused.child_run_id if paused is not None and paused.kind == "subflow" else None
+        if paused is None and at is not None and at.op == "subflow":
+            late = [c for c in run.children if c.status == "interrupted" and (c.parent_step or 0) > pos.last]
+            child_id = late[-1].run_id if late else None  # the process died inside the subflow: it carries on too
+        if child_id is not None and at is not None:
+            known = next((c for c in run.children if c.run_id == child_id), None)
+            resumed = resume_execution(at.node.flow.program, known or child_id, answer if asked else NO_ANSWER,
+                                       store=store, by=by, env=env, sinks=sinks, replay=replay, child=True)
+            exe.resume_child = (str(at.id), resumed)
+        elif asked:
+            stage = paused.stage if paused is not None else str(at.id if at is not None else "")
+            earlier = [Answer.from_row(r) for r in run.rows.get("human_inputs", ())
+                       if paused is not None and r["step"] == paused.step]
+            if given:
+                earlier.append(Answer(new_id(), answer, by, run.pending, time.time_ns(), paused.step if paused else None))
+            asked_before = [r for r in run.rows.get("model_calls", ()) if paused is not None and r["step"] == paused.step]
+            exe.deliver = Delivery(stage, earlier, ReplayBook(asked_before) if asked_before else None)
+            if paused is None:
+                exe.gate = pos.pc  # a pause_before point: answered, it lets the stage begin
+    except BaseException:
+        _release(run, store, status)
+        raise
+    _resumed(run)
+    return exe
+
+
+def _release(run: Run, store: Any, status: str) -> None:
+    """Undo a claim when the resume could not start."""
+    run.status = status
+    if store is not None:
+        store.release_run(run.run_id, status)
+
+
+def fork_execution(program: Program, target: Union[Run, str], after_step: Union[int, str], *,
+                   edits: Optional[Mapping[str, Any]] = None, store: Any = None,
+                   env: Optional[Mapping[str, Any]] = None, sinks: Optional[list[Sink]] = None,
+                   replay: bool = False, subject: Optional[str] = None) -> Execution:
+    """An Execution of a new run that starts from `target`'s state after `after_step` (0: its start),
+    with `edits` applied as its first step (see the module doc)."""
+    source = _load(target, store, "fork")
+    if source.pipeline != program.name:
+        raise ResumeError(f"run {source.run_id} is a run of '{source.pipeline}', not of '{program.name}'; fork "
+                          f"it with that flow")
+    after = _step_number(source, after_step)
+    pos = locate(program, source, after)
+    data, _ = scope_at(program, source, after)
+    edit = _edit_spec(program, data, dict(edits or {}))
+    exe = Execution(program, None, env=env, store=store, subject=subject or source.subject, sinks=sinks)
+    run = Run(run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
+              input_json=program.schema.dump_scope(data, exe.salt), started_at=time.time_ns(),
+              subject=exe.subject)
+    run.store, run.tools = store, program.tools
+    run.forked_from_run_id, run.forked_from_step = source.run_id, after
+    pos.loops.last_decision.clear()  # the decisions that routed here are steps of the original run
+    _restore(exe, program, run, data, {}, pos, dict(data))
+    exe.prelude = edit
+    if replay:
+        exe.replay = ReplayBook.of_run(source, after)
+    return exe
+
+
+def _step_number(run: Run, ref: Union[int, str]) -> int:
+    if ref == 0:
+        return 0
+    try:
+        return run.step(ref).step
+    except TracememError:
+        shown = [f"{s.step}:{s.stage}" for s in run.steps]
+        if len(shown) > 12:
+            shown = shown[:5] + ["…"] + shown[-5:]
+        raise ResumeError(f"run {run.run_id} has no step {ref!r} to fork after; its steps: " + ", ".join(shown)
+                          + " (0: from its start)") from None
+
+
+def _edit_spec(program: Program, data: dict[str, Any], edits: dict[str, Any]) -> Optional[StageSpec]:
+    """The fork's first step, which writes the edits; each is tried first, so a bad one is refused
+    before the fork begins."""
+    if not edits:
+        return None
+
+    def edit(scope: Any) -> None:
+        for path, value in edits.items():
+            _assign(scope, path, value)
+
+    trial = StepRecorder(RunState(program.schema, dict(data), b""), 1, "(edit)")
+    for path, value in edits.items():
+        try:
+            _assign(program.view_class(trial), path, value)
+        except ScopeWriteError as err:
+            raise ResumeError(f"fork edit {path} = {value!r} is invalid: {err.reason}") from None
+        except (PathError, ScopeReadError, KeyError, IndexError, AttributeError, TypeError) as err:
+            raise ResumeError(f"fork edit {path!r} does not name a value of the scope "
+                              f"{program.scope.__name__}: {err}") from None
+    return StageSpec(id="(edit)", name="edit", fn=edit, description="the edits a fork starts with", kind="edit")
+
+
+def _assign(view: Any, path: str, value: Any) -> None:
+    """`view.<path> = value` through the recording view (so the edit is validated and recorded)."""
+    keys = parse_path(path)
+    if len(keys) == 1:
+        setattr(view, str(keys[0]), value)
+        return
+    target = getattr(view, str(keys[0]))
+    for key in keys[1:-1]:
+        target = target[key] if isinstance(key, int) or isinstance(target, dict) else getattr(target, key)
+    last = keys[-1]
+    if isinstance(last, int) or isinstance(target, dict):
+        target[last] = value
+    else:
+        setattr(target, last, value)

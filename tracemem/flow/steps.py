@@ -1,0 +1,81 @@
+"""What an executing run keeps besides its scope: the step in flight, the loops' state, and the two
+signals that end a run early (failed, paused).
+
+They sit apart from the runner so that `flow/resume.py`, which rebuilds an execution's
+state from a recorded run, builds the very same objects (`LoopState` above all) that
+the runner keeps while a run goes.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from ..errors import TracememError
+from ..record import StepKind
+from ..scope.recorder import StepRecorder
+from .interrupt import Pause
+from .program import Instruction
+from .spec import StageSpec
+
+
+class Abort(TracememError):
+    """Ends a run as failed: the message recorded on the run, and the error behind it (internal: the
+    runner raises and catches it; a caller sees `RunFailed`)."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class Paused(TracememError):
+    """Ends a run as paused (internal, like Abort): the pause, and the instruction it continues at."""
+
+    def __init__(self, pause: Pause, pc: Optional[int]) -> None:
+        super().__init__(f"paused at stage '{pause.stage}'")
+        self.pause, self.pc = pause, pc
+
+
+class Begun:
+    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
+
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay")
+
+    def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
+                 routed_by: Optional[int]) -> None:
+        self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
+        self.started = time.time_ns()
+        self.child_run_id: Optional[str] = None
+        self.answers: Any = None if kind == "fork-branch" else ()  # what ctx.interrupt returns (None: cannot)
+        self.replay: Any = None  # a re-entered stage: its model calls before the pause, to answer from
+
+
+class LoopState:
+    """Control-flow memory of a run: the decision that last routed into each region, how often each
+    loop went round, and the key each branch last chose."""
+
+    def __init__(self) -> None:
+        self.last_decision: dict[Any, int] = {}
+        self.rounds: dict[Any, int] = {}
+        self.branch_keys: dict[int, str] = {}
+
+    def routed_by(self, ins: Instruction) -> Optional[int]:
+        """The latest decision among those that routed into the regions holding `ins`."""
+        best = None
+        for region in ins.regions:
+            step = self.last_decision.get(region.key)
+            if step is not None and (best is None or step > best):
+                best = step
+        return best
+
+    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
+        """Count one more round of a loop (returns the count)."""
+        count = self.rounds.get(key, 0) + 1
+        self.rounds[key] = count
+        if decided_by is not None:
+            self.last_decision[key] = decided_by
+        return count
+
+    def leave(self, key: Any) -> None:
+        """A loop was left: its count and routing start afresh next time."""
+        self.rounds.pop(key, None)
+        self.last_decision.pop(key, None)
