@@ -170,6 +170,13 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         for b in top.ranked:
             say(f"  {b.score:.2f}  {b.kind}:{b.id}  (wrong with {b.wrong_with}, right with {b.right_with})")
         say("  (one wrong answer cannot tell its sources apart; more judged runs can, and so can a counterfactual)")
+        tied = [b.id for b in top.ranked if b.kind == "memory" and b.id != memory_id][:1]
+        for suspect_id in [memory_id] + tied:
+            check = trace.counterfactual(suspect_id, flow=flow, env=models(), store=store)
+            verdict = "changes" if check.changed else "does not change"
+            say(f"trace.counterfactual({suspect_id!r}): without it the answer {verdict}"
+                + (f": {check.after!r}" if check.changed else "")
+                + f" ({check.live_calls} live, {check.replayed_calls} replayed model call(s); causal)")
 
         say.part("6. Fix: flag the memory, rerun the same question")
         store.memory.flag(memory_id, "contradicted", "Acme policy is 30 days; an account rep cannot change it")
@@ -193,6 +200,8 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
         say(f"{cmd} memories --db {db}")
         say(f"{cmd} affected {memory_id} --db {db}")
         say(f"{cmd} blame --db {db}")
+        say(f"{cmd} counterfactual {wrong.run_id[:8]} answer --without {memory_id} --flow stages.demo:build_flow "
+            f"--env stages.demo:models --db {db}")
         say(f"{cmd} sql \"SELECT stage, count(*) AS n, round(avg(duration_ms), 2) AS ms "
             f"FROM steps GROUP BY stage ORDER BY ms DESC\" --db {db}")
 

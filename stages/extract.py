@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from pydantic import BaseModel, Field, ValidationError
 
 from tracemem import StageContext, TracememError
-from tracemem.models import ChatModel
+from tracemem.models import ChatModel, Message
 
 from .instruction_filter import INSTRUCTION_PATTERNS, reads_as_instruction
 
@@ -98,6 +98,10 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
                 ctx.log("extract_memories: continuation call, skipped")
                 report["skipped"] = "continuation"
                 return
+            if ctx.without:  # a what-if re-execution (trace.counterfactual) must never teach the memory anything
+                ctx.log("extract_memories: a counterfactual run stores no memories, skipped")
+                report["skipped"] = "counterfactual"
+                return
             _extract(scope, ctx, report)
         except Exception as err:  # never breaks the run: routed to on_error, logged and marked in the step
             report["error"] = f"{type(err).__name__}: {err}"
@@ -125,8 +129,8 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
         known = store.memory.search(subject, question, recall=True, limit=related) if related else None
         known_ids = {r.memory_id: r for r in known.records} if known else {}
         known_text = "\n".join(f"- {r.memory_id}: {r.text}" for r in known_ids.values()) or "(none)"
-        messages = [{"role": "system", "content": EXTRACTION_PROMPT + "\nKnown facts:\n" + known_text},
-                    {"role": "user", "content": f"User: {question}\nAssistant: {answer}"}]
+        messages = [Message(role="system", content=EXTRACTION_PROMPT + "\nKnown facts:\n" + known_text),
+                    Message(role="user", content=f"User: {question}\nAssistant: {answer}")]
         reply = ctx.complete(chat, messages, schema=EXTRACTION_SCHEMA)  # recorded as a model_calls row
         try:
             parsed = ExtractedFacts.model_validate(json.loads(reply.text))
@@ -189,7 +193,8 @@ def _degraded(ctx: StageContext, err: BaseException, error: str) -> dict[str, An
 
 
 def _is_continuation(scope: Any, ctx: StageContext) -> bool:
-    """A tool-loop iteration: this stage ran before in the run, or the last message is a tool result."""
+    """A tool-loop iteration: this stage ran before in the run, or the last message (a Message or a
+    dict) is a tool result."""
     if ctx.iteration > 0:
         return True
     messages = getattr(scope, "messages", None) if hasattr(type(scope), "messages") else None

@@ -110,6 +110,8 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
                 json.dumps(value, ensure_ascii=False, indent=1)
             sections.append(Section("context", f"[Context: {path}]\n{body}", "scope", path))
         sections.append(Section("directions", directions, "directions", "directions"))
+        if ctx.without:  # a counterfactual run drops the sections built from what it leaves out
+            sections = [s for s in sections if not ctx.excluded(s.source_kind, s.source_id)]
 
         spans: list[tuple[int, int]] = []
         parts: list[str] = []

@@ -34,10 +34,15 @@ def recall(*, query_from: str = "question", into: str = "memories", receipt_into
         result = ctx.store.memory.search(ctx.subject, query, semantic=semantic, recall=True, limit=limit,
                                          now=now() if now else None)
         ended = time.time_ns()
+        kept = [r for r in result.records if not ctx.excluded("memory", r.memory_id)]
+        for r in result.records:  # a counterfactual run acts as if these memories were gone (ctx.without)
+            if ctx.excluded("memory", r.memory_id):
+                ctx.emit("memory_uses", memory_id=r.memory_id, outcome="excluded",
+                         reason="counterfactual: left out of this run", score=float(r.score))
         records = [{"memory_id": r.memory_id, "text": r.text, "confidence": r.confidence,
                     "review_state": r.review_state, "created_at": r.created_at.isoformat(),
-                    "score": round(float(r.score), 4)} for r in result.records]
-        for rank, r in enumerate(result.records, start=1):
+                    "score": round(float(r.score), 4)} for r in kept]
+        for rank, r in enumerate(kept, start=1):
             ctx.emit("memory_uses", memory_id=r.memory_id, outcome="injected", reason="recalled",
                      score=float(r.score), rank=rank)
         for ex in result.excluded:

@@ -37,9 +37,9 @@ def _question(scope: Any, query_from: Optional[str]) -> str:
     question = str(getattr(scope, "question", "") or "").strip() if hasattr(type(scope), "question") else ""
     if question:
         return question
-    for message in reversed(list(getattr(scope, "messages", []) or [])):
+    for message in reversed(list(getattr(scope, "messages", []) or [])):  # Messages, or dicts of older scopes
         if message.get("role") == "user":
-            return str(message.get("content", "")).strip()
+            return str(message.get("content") or "").strip()
     return ""
 
 
@@ -80,7 +80,7 @@ def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, 
         status = dict(store.sql("SELECT run_id, status FROM runs WHERE list_contains(?, run_id)",
                                 [ids]).fetchall()) if ids else {}
         suspect = store.suspect(ids)
-        hits = [h for h in found if status.get(h[0]) == "ok" and h[0] not in suspect]
+        hits = [h for h in found if status.get(h[0]) == "ok" and h[0] not in suspect and not ctx.excluded("run", h[0])]
         if len(hits) >= top_k or len(found) < k:  # enough, or no more candidates above min_score
             break
         k *= 2
@@ -93,6 +93,8 @@ def _finished_runs(store: Any, ctx: StageContext, question: str, embedder: Any, 
             ctx.log(f"load_snapshot: skipped past run {run_id} (status {status.get(run_id)}, similarity {score:.2f})")
         elif run_id in suspect:
             ctx.log(f"load_snapshot: skipped suspect past run {run_id} ({suspect[run_id]}; similarity {score:.2f})")
+        elif ctx.excluded("run", run_id):
+            ctx.log(f"load_snapshot: left out past run {run_id} (counterfactual; similarity {score:.2f})")
     return chosen
 
 

@@ -85,24 +85,43 @@ def test_blame_ranks_the_bad_memory_first_and_shows_its_counts(world):
     assert "statistical" in str(report) and "Ochiai" in report.basis
 
 
+def test_counterfactual_without_the_bad_memory_changes_the_answer_and_without_a_decoy_does_not(world):
+    store, flow, env, runs, bad, decoys, _ = world
+    wrong = runs["A-wrong"][3]
+    trace = store.backtrack(wrong.run_id, "answer")
+    cf = trace.counterfactual(bad, flow=flow, model=env["model"])
+    assert cf.changed and "Free" in cf.before and "Pro" in cf.after and "causal" in cf.basis
+    assert cf.live_calls == 1 and cf.from_step == 1  # recall (step 2) was where the memory entered
+    fork = store.run(cf.run_id)
+    assert fork.forked_from_run_id == wrong.run_id and fork.counterfactual["without"] == [f"memory:{bad}"]
+    assert [u["reason"] for u in fork.rows["memory_uses"] if u["memory_id"] == bad] == \
+        ["counterfactual: left out of this run"]
+    same = trace.counterfactual(f"memory:{decoys['A']}", flow=flow, model=env["model"])
+    assert not same.changed and "Free" in same.after
+    with pytest.raises(UsageError, match="never entered run"):
+        trace.counterfactual(f"memory:{decoys['B']}", flow=flow, model=env["model"])
+
+
 def test_affected_is_exactly_the_runs_that_used_it_and_those_that_loaded_them(world):
     store, _, _, runs, bad, _, _ = world
     report = store.affected(bad)
     expected = {r.run_id for r in runs["A-wrong"] + runs["snap"]}
-    assert set(report.runs) == expected
+    checks = {r[0] for r in store.sql("SELECT run_id FROM runs WHERE counterfactual IS NOT NULL").fetchall()}
+    assert set(report.runs) - checks == expected  # (a counterfactual run that kept the memory depends on it too)
     one = report.runs[runs["A-wrong"][0].run_id]
     assert "answer" in one.paths and "memories" in one.paths and "injected" in one.via
     assert "snapshot" in report.runs[runs["snap"][0].run_id].via
     assert "answer" in report.runs[runs["snap"][0].run_id].paths
     decoy_report = store.affected(f"memory:{world[5]['B']}")
-    assert set(decoy_report.runs) == {r.run_id for r in runs["B"] + runs["snap"]}
+    assert set(decoy_report.runs) - checks == {r.run_id for r in runs["B"] + runs["snap"]}
 
 
 def test_affected_by_model_and_pipeline_and_unknown_sources(world):
     store, flow, _, runs, _, _, _ = world
     everyone = {r.run_id for g in runs.values() for r in g}
-    assert set(store.affected("model:scripted").runs) == everyone
-    assert set(store.affected(f"pipeline:{flow.hash}").runs) == everyone
+    checks = {r[0] for r in store.sql("SELECT run_id FROM runs WHERE counterfactual IS NOT NULL").fetchall()}
+    assert set(store.affected("model:scripted").runs) - checks == everyone
+    assert set(store.affected(f"pipeline:{flow.hash}").runs) - checks == everyone
     with pytest.raises(UsageError, match="neither a memory id nor a run id"):
         store.affected("nonsense")
 
@@ -151,7 +170,7 @@ def test_the_command_line_marks_and_answers(world, tmp_path):
     assert f"marked run {target} answer wrong" in out.getvalue()
     out = io.StringIO()
     assert main(["affected", bad, "--db", path, "--json"], out=out) == 0
-    assert len(json.loads(out.getvalue())["runs"]) == 23
+    assert len(json.loads(out.getvalue())["runs"]) == 24  # 20 that used it, 3 that loaded them, 1 counterfactual
     out = io.StringIO()
     assert main(["blame", "--db", path], out=out) == 0
     text = out.getvalue()

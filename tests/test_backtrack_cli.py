@@ -109,7 +109,7 @@ def test_an_unknown_kind_is_refused_listing_the_kinds(capsys, demo):
     for extra in ([], ["--json"], ["--mermaid"]):
         code, lines, err = backtrack(capsys, demo, "--only", "bogus", *extra)
         assert code == 1 and lines == []
-        assert "'bogus' is not a kind of trace node; kinds: write, input, decision, step, model_call, " \
+        assert "'bogus' is not a kind of trace node; kinds: write, input, decision, step, model_call, tool_call, " \
                "prompt_section, memory, run" in err
     with Store(demo["path"], read_only=True) as store:
         with pytest.raises(UsageError, match="not a kind of trace node"):

@@ -10,7 +10,7 @@ import pytest
 from stages import AgentScope, assemble_prompt, call_model, extract_memories, recall
 from tracemem import Pipeline
 from tracemem.cli import main as cli
-from tracemem.models import ModelError, Reply, ScriptedModel, Usage
+from tracemem.models import Message, ModelError, Reply, ScriptedModel, Usage
 from tracemem.store import Store
 
 SUBJECT = "dana"
@@ -105,8 +105,8 @@ def test_call_model_records_the_call_against_its_prompt():
     sent = model.calls[0]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
     assert sent[0]["content"] == run.output.prompt and sent[-1]["content"] == "I'm Dana"
-    assert run.output.messages[-2:] == [{"role": "user", "content": "I'm Dana"},
-                                        {"role": "assistant", "content": "Hello Dana, noted."}]
+    assert run.output.messages[-2:] == [Message(role="user", content="I'm Dana"),
+                                        Message(role="assistant", content="Hello Dana, noted.")]
     row = store.sql("SELECT step, model, provider, prompt_id, response, input_tokens, output_tokens, latency_ms, "
                     "error FROM model_calls WHERE run_id = ?", [run.run_id]).fetchall()
     assert len(row) == 1
@@ -197,8 +197,11 @@ def check_chain(trace, r1, r2):
     memory_id = g.nodes[section]["source_id"]
     assert g.nodes[section]["line"] == 1 and g.nodes[section]["text"] == f'  - "{FACT}"'
     assert r2.output.prompt[g.nodes[section]["start_char"]:g.nodes[section]["end_char"]] == f'  - "{FACT}"'
-    kinds = [g.nodes[n]["section"] for n in g.successors(call)]
+    kinds = [g.nodes[n]["section"] for n in g.successors(call) if g.edges[call, n]["kind"] == "source"]
     assert sorted(kinds) == sorted(["base", "instructions", "memory_intro", "memory", "directions"])
+    # ← and what the call was sent, read by its step (the prompt, the conversation, the question)
+    assert {g.nodes[n]["path"] for n in g.successors(call) if g.edges[call, n]["kind"] == "data"} >= {
+        "prompt", "messages", "question"}
     # ← the memory record, with its provenance
     memory = only(trace, section, "memory", "source", memory_id=memory_id)
     d = g.nodes[memory]

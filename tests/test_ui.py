@@ -135,26 +135,26 @@ def test_runs_page_lists_every_run_with_its_question_and_answer(web, demo):
     for run_id in demo["runs"]:
         assert f'data-run="{run_id}"' in r.text
     assert "Can I get a refund for the ThinkPad" in r.text and "the ThinkPad refund is approved" in r.text
-    assert ">4</span> runs" in r.text
+    assert ">6</span> runs" in r.text  # three sessions, two counterfactual checks, the rerun
     assert web.get("/", follow_redirects=False).headers["location"] == "/runs"
 
 
 def test_runs_filters_pagination_and_prefix(web, demo):
-    assert web.get("/runs?status=ok").text.count("data-run=") == 4
+    assert web.get("/runs?status=ok").text.count("data-run=") == 6
     assert "no runs match" in web.get("/runs?status=paused").text
     page = web.get("/runs?status=any-thing").text  # an unknown status is a filter like any other
     assert "no runs match" in page
     statuses = re.findall(r"<option[^>]*>(\w+)</option>", web.get("/runs").text)
     assert {"paused", "interrupted", "running", "failed", "ok"} <= set(statuses)
-    assert web.get("/runs?pipeline=support&subject=customer-dana").text.count("data-run=") == 4
+    assert web.get("/runs?pipeline=support&subject=customer-dana").text.count("data-run=") == 6
     assert web.get("/runs?subject=someone-else").text.count("data-run=") == 0
     assert web.get(f"/runs?id={demo['wrong'][:6]}").text.count("data-run=") == 1
     assert web.get("/runs?since=2999-01-01").text.count("data-run=") == 0
-    assert web.get("/runs?until=2999-01-01T00:00").text.count("data-run=") == 4
+    assert web.get("/runs?until=2999-01-01T00:00").text.count("data-run=") == 6
     first = web.get("/runs?per_page=3")
     assert first.text.count("data-run=") == 3 and "page 1 of 2" in first.text and 'id="next-page"' in first.text
     second = web.get("/runs?per_page=3&page=2")
-    assert second.text.count("data-run=") == 1 and f'data-run="{demo["runs"][0]}"' in second.text
+    assert second.text.count("data-run=") == 3 and f'data-run="{demo["runs"][0]}"' in second.text
     bad = web.get("/runs?since=yesterday")
     assert bad.status_code == 400 and "since must be a date" in bad.text
 
@@ -165,7 +165,7 @@ def test_feedback_filter_shows_the_demos_judgements(demo):
     assert 'name="feedback"' in page and "<th>feedback</th>" in page
     wrong = web.get("/runs?feedback=wrong").text
     assert wrong.count("data-run=") == 1 and f'data-run="{demo["wrong"]}"' in wrong
-    assert web.get("/runs?feedback=none").text.count("data-run=") == 1  # the rerun after the fix
+    assert web.get("/runs?feedback=none").text.count("data-run=") == 3  # the counterfactual checks and the rerun
     assert web.get("/runs?feedback=right").text.count("data-run=") == 2
     assert web.get("/runs?feedback=maybe").status_code == 400
     assert "policy is 30 days" in web.get(f"/runs/{demo['wrong']}").text
@@ -180,7 +180,7 @@ def test_new_runs_appear_through_the_change_api(demo, tmp_path):
     with Store(path) as store:
         added = Pipeline("late", Shape).then(a).build().run({}, store=store)
     answer = web.get(f"/api/runs/changes?v={version}").json()
-    assert answer["changed"] and answer["runs"].startswith("5|")
+    assert answer["changed"] and answer["runs"].startswith("7|")
     assert f'data-run="{added.run_id}"' in web.get("/runs/rows").text
 
 
@@ -315,10 +315,8 @@ def test_stored_text_is_escaped(shapes):
 def test_tool_calls_show_when_the_table_exists(demo, tmp_path):
     path = copy_store(demo["path"], str(tmp_path / "tools.duckdb"))
     with Store(path) as store:
-        store.sql("CREATE TABLE tool_calls (run_id VARCHAR, step INTEGER, call_id VARCHAR, name VARCHAR, "
-                  "arguments JSON, result VARCHAR)")
-        store.sql("INSERT INTO tool_calls VALUES (?, 6, 'tc1', 'lookup_order', '{\"id\": 7}', 'bought 60 days ago')",
-                  [demo["wrong"]])
+        store.sql("INSERT INTO tool_calls (run_id, step, call_id, name, arguments, result) "
+                  "VALUES (?, 6, 'tc1', 'lookup_order', '{\"id\": 7}', 'bought 60 days ago')", [demo["wrong"]])
     page = client(path).get(f"/runs/{demo['wrong']}").text
     assert "tool calls" in page and "lookup_order" in page and "bought 60 days ago" in page
 
@@ -362,7 +360,7 @@ def test_memories_by_subject(web, demo):
     page = web.get("/memories").text
     assert "customer-dana" in page and demo["memory"] in page  # the only subject is opened
     assert "contradicted" in page and "turn t2" in page
-    assert "1 injected, 1 excluded" in page
+    assert "2 injected, 2 excluded" in page  # the wrong run and a counterfactual check; the rerun and the check without it
     assert "no records" in web.get("/memories?subject=nobody").text
 
 
@@ -408,7 +406,7 @@ def test_flag_and_forget_only_with_allow_edit(demo, tmp_path):
 
 def test_sql_select_table_and_pages(web):
     r = web.get("/sql", params={"q": "SELECT run_id, status FROM runs ORDER BY started_at"})
-    assert r.status_code == 200 and r.text.count("<tr><td") == 4 and "4 rows" in r.text
+    assert r.status_code == 200 and r.text.count("<tr><td") == 6 and "6 rows" in r.text
     many = web.get("/sql", params={"q": "SELECT range AS n FROM range(250)", "page": "3"}).text
     assert "page 3 of 3" in many and ">200</td>" in many and ">249</td>" in many and ">199</td>" not in many
     capped = web.get("/sql", params={"q": "SELECT range AS n FROM range(20000)"}).text
@@ -434,7 +432,7 @@ def test_sql_csv_download(web):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
     assert "attachment" in r.headers["content-disposition"]
     rows = list(csv.reader(io.StringIO(r.text)))
-    assert rows[0] == ["run_id", "status", "started_at"] and len(rows) == 5 and rows[1][1] == "ok"
+    assert rows[0] == ["run_id", "status", "started_at"] and len(rows) == 7 and rows[1][1] == "ok"
     refused = web.get("/sql.csv", params={"q": "DROP TABLE runs"})
     assert refused.status_code == 400 and "read-only" in refused.text
 

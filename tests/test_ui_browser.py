@@ -77,8 +77,9 @@ def test_the_demo_story_in_a_browser(demo, artifacts):
         browser.get(url + "runs")
         wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#runs-body tr[data-run]"), what="the runs table")
         shot("1-runs")
-        row = next(tr for tr in browser.find_elements(By.CSS_SELECTOR, "#runs-body tr[data-run]")
-                   if "approved" in tr.find_element(By.CSS_SELECTOR, "td.answer").get_attribute("title"))
+        row = next(tr for tr in browser.find_elements(By.CSS_SELECTOR, "#runs-body tr[data-run]")  # the one marked
+                   if "approved" in tr.find_element(By.CSS_SELECTOR, "td.answer").get_attribute("title")  # wrong
+                   and "wrong" in tr.text)
         row.find_element(By.CSS_SELECTOR, "a.run-link").click()
 
         wait_for(lambda: browser.find_element(By.ID, "run-id").text == demo["wrong"], what="the wrong run's page")

@@ -27,8 +27,8 @@ flowchart LR
 5. `run.py`: the `Run` the runner returns and `store.run(id)` loads back.
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
-from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError, RunFailed,
-                     ScopeReadError, ScopeWriteError, StageError, TracememError, UsageError)
+from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError, RunCancelled,
+                     RunFailed, ScopeReadError, ScopeWriteError, StageError, TracememError, UsageError)
 from .flow.context import StageContext
 from .flow.decide import decide
 from .flow.pipeline import Flow, Pipeline
@@ -38,6 +38,6 @@ from .run import Run
 
 __all__ = [
     "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
-    "ReplayModel", "ResumeError", "Run", "RunFailed", "ScopeReadError", "ScopeWriteError", "StageContext",
-    "StageError", "Step", "TracememError", "UsageError", "Write", "decide",
+    "ReplayModel", "ResumeError", "Run", "RunCancelled", "RunFailed", "ScopeReadError", "ScopeWriteError",
+    "StageContext", "StageError", "Step", "TracememError", "UsageError", "Write", "decide",
 ]

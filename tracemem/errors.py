@@ -13,6 +13,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── StageError           wraps what a stage raised, naming the stage and the run
     ├── RunFailed            a run ended failed; `.run` is the recorded run
     ├── ResumeError          a run cannot be resumed or forked as asked (`flow.resume`, `flow.fork`)
+    ├── RunCancelled         a streamed run was stopped before its next step (recorded `interrupted`)
     ├── ModelError           a chat model call failed (tracemem.models)
     ├── ReplayMissError      a replayed call asked what the record never did, with no live model (flow.replay)
     ├── MemoryStoreError     a memory operation was refused (tracemem.memory)
@@ -96,3 +97,8 @@ class RunFailed(TracememError):
 class ResumeError(TracememError):
     """A run cannot be resumed or forked as asked: it is not paused, another flow version recorded it,
     another process is resuming it, or the step to fork from does not fit; the message says which."""
+
+
+class RunCancelled(TracememError):
+    """A run was stopped from outside between two steps (its `flow.stream` was closed early); it is
+    recorded `interrupted`, with every step it finished."""

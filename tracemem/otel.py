@@ -1,7 +1,10 @@
 """OpenTelemetry export with the GenAI semantic conventions (opt-in).
 
 A run becomes an ``invoke_workflow {pipeline}`` span; each step is a child span
-named after its stage (``execute_tool {name}`` for stages marked ``tool=True``);
+named after its stage (``execute_tool {name}`` for stages marked ``tool=True``; a tool
+agent's tool step is named after the tool it ran, with ``gen_ai.tool.call.id``, and
+its arguments and result as ``gen_ai.tool.call.arguments``/``.result`` only with
+``capture_content``);
 a decision is a ``decision`` event on its step's span; a subflow's run nests
 under the step that ran it; ``model_calls`` rows become ``chat {model}`` spans
 (kind CLIENT) and ``ctx.span(...)`` rows (``search_memory``, ``update_memory``)
@@ -37,6 +40,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .flow.sinks import default_sinks
+from .genai import attribute_value, input_messages, output_messages, tool_call_attributes
 from .record import Decision, Read, Step, Write
 from .run import Run
 
@@ -95,46 +99,11 @@ def _error_type(message: Optional[str]) -> str:
     return match.group(1) if match else "_OTHER"
 
 
-def _value(value: Any) -> Any:
-    """An attribute value OpenTelemetry accepts (None = leave the attribute out)."""
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                for v in value):
-        return list(value)
-    return json.dumps(value, default=str)
-
-
 def _links(run: Run) -> list[Link]:
     """Links from a resumed run's span to its spans before the pause (recorded ids: hex text)."""
     contexts = [SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
                 for t, s in run.links if re.fullmatch(r"[0-9a-f]{32}", t) and re.fullmatch(r"[0-9a-f]{16}", s)]
     return [Link(c, {"tracemem.link": "resumed", "tracemem.run_id": run.run_id}) for c in contexts if c.is_valid]
-
-
-def _text_parts(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, list):  # already parts
-        return [p if isinstance(p, dict) else {"type": "text", "content": str(p)} for p in content]
-    return [{"type": "text", "content": "" if content is None else str(content)}]
-
-
-def _input_messages(prompt: dict[str, Any]) -> Optional[str]:
-    """A `prompts` row as `gen_ai.input.messages` (JSON, role + parts)."""
-    messages = prompt.get("messages")
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except ValueError:
-            messages = None
-    if isinstance(messages, list) and messages:
-        return json.dumps([{"role": m.get("role", "user"), "parts": _text_parts(m.get("content"))}
-                           if isinstance(m, dict) else {"role": "user", "parts": _text_parts(m)}
-                           for m in messages], default=str)
-    if prompt.get("text") is not None:
-        return json.dumps([{"role": "user", "parts": _text_parts(prompt["text"])}])
-    return None
 
 
 class _RunSpans:
@@ -257,7 +226,11 @@ class OTelSink:
             attributes["tracemem.routed_by"] = step.routed_by
         if step.child_run_id is not None:
             attributes["tracemem.child_run_id"] = step.child_run_id
-        if step.stage in state.tools:
+        tool_call = next((row for table, row in rows if table == "tool_calls"), None)
+        if tool_call is not None:  # a tool agent's tool step: named after the tool it ran
+            attributes.update(tool_call_attributes(tool_call, self.capture_content))
+            name = f"execute_tool {tool_call['name']}"
+        elif step.stage in state.tools:
             name = f"execute_tool {step.name}"
             attributes["gen_ai.operation.name"] = "execute_tool"
             attributes["gen_ai.tool.name"] = step.name
@@ -275,6 +248,8 @@ class OTelSink:
                                       start_time=step.started_at)
         if step.status != "ok":
             span.set_status(Status(StatusCode.ERROR, step.error))
+        elif tool_call is not None and tool_call.get("error"):  # the run went on; this call failed
+            span.set_status(Status(StatusCode.ERROR, str(tool_call["error"])))
         if decision is not None:
             event: dict[str, Any] = {"tracemem.decision.chosen": decision.chosen}
             if self.capture_content:
@@ -320,13 +295,12 @@ class OTelSink:
             attributes["error.type"] = _error_type(str(row["error"]))
         if self.capture_content:
             prompt = state.prompts.get(row.get("prompt_id")) if state.prompts else None  # type: ignore[arg-type]
-            messages = _input_messages(prompt) if prompt else None
+            messages = input_messages(prompt) if prompt else None
             if messages is not None:
                 attributes["gen_ai.input.messages"] = messages
-            if row.get("response") is not None:
-                attributes["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "parts": _text_parts(row["response"]), "finish_reason": "stop"}],
-                    default=str)
+            output = output_messages(row)
+            if output is not None:
+                attributes["gen_ai.output.messages"] = output
         started = row.get("started_at")
         start = started if isinstance(started, int) else step.started_at
         latency = row.get("latency_ms")
@@ -343,7 +317,7 @@ class OTelSink:
         for key, value in (row.get("attributes") or {}).items():
             if key in CONTENT_ATTRIBUTES and not self.capture_content:
                 continue
-            value = _value(value)
+            value = attribute_value(value)
             if value is not None:
                 attributes[str(key)] = value
         attributes.setdefault("tracemem.run_id", state.run.run_id)

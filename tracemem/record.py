@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from .run import Run
 
 Verb = Literal["set", "append", "delete"]
-StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop", "edit"]  # edit: a fork's edits
+# map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
+# edit: a fork's edits
+StepKind = Literal["stage", "decider", "fork-branch", "subflow", "loop", "edit", "map-item", "tool"]
 StepStatus = Literal["ok", "failed", "paused"]  # paused: the stage asked a human (ctx.interrupt)
 
 

@@ -59,6 +59,8 @@ class Run:
         self.forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
         self.forked_from_step: Optional[int] = None
         self.span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
+        self.without: frozenset[str] = frozenset()  # sources ("kind:id") a counterfactual run leaves out
+        self.counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
         self.resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
         self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause
         self._previous: Optional["Run"] = None

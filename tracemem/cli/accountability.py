@@ -1,4 +1,5 @@
-"""`tracemem mark`, `affected` and `blame`: judge answers, and find what wrong answers rest on."""
+"""`tracemem mark`, `affected`, `blame` and `counterfactual`: judge answers, find what wrong answers rest on,
+and test one source causally."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .common import Commands, open_store, resolve_run, wants_json
+from .loading import load_env, load_flow
 from .render import table, to_json
 
 
@@ -28,6 +30,16 @@ def setup_blame(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help="only runs of this pipeline")
     p.add_argument("--subject", help="only runs for this subject")
     p.add_argument("--limit", type=int, default=20, help="how many sources to show (default 20)")
+
+
+def setup_counterfactual(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run id or a unique prefix of one")
+    p.add_argument("path", help="the value to re-ask, e.g. answer")
+    p.add_argument("--without", required=True, help="what to leave out: a memory id, run:ID (a past run loaded as a "
+                                                    "snapshot) or section:KIND:ID")
+    p.add_argument("--flow", required=True, help="the flow that recorded the run: MODULE:ATTR or FILE.py:ATTR")
+    p.add_argument("--env", help="MODULE:ATTR of the env the stages need (a dict, or a function returning one); "
+                                 "a changed model call goes to its model")
 
 
 def cmd_mark(args: argparse.Namespace, out: Any) -> None:
@@ -73,8 +85,21 @@ def cmd_blame(args: argparse.Namespace, out: Any) -> None:
                 width=60), file=out)
 
 
+def cmd_counterfactual(args: argparse.Namespace, out: Any) -> None:
+    flow, env = load_flow(args.flow, "--flow"), load_env(args.env)
+    with open_store(args, write=True) as store:  # the re-execution is recorded, as a fork
+        trace = store.backtrack(resolve_run(store, args.run), args.path)
+        result = trace.counterfactual(args.without, flow=flow, env=env, store=store)
+    if wants_json(args):
+        print(to_json(asdict(result)), file=out)
+    else:
+        print(result, file=out)
+
+
 COMMANDS: Commands = {
     "mark": ("judge a run's value: wrong, right or a score", setup_mark, cmd_mark),
     "affected": ("every run and value that depended on a source", setup_affected, cmd_affected),
     "blame": ("rank sources by how strongly they go with wrong answers (statistical)", setup_blame, cmd_blame),
+    "counterfactual": ("would a value change without a source? re-executes the run without it (causal)",
+                       setup_counterfactual, cmd_counterfactual),
 }

@@ -1,4 +1,4 @@
-"""What `tracemem show RUN` prints on request, in full: model calls (`--calls`), assembled prompts section
+"""What `tracemem show RUN` prints on request, in full: model and tool calls (`--calls`), assembled prompts section
 by section (`--prompts`) and step logs (`--logs`); and the same as JSON for `--json`.
 
 The default view of `show` is a summary that fits a screen; these parts are long by nature (a whole
@@ -6,6 +6,7 @@ reply, a whole prompt), so they are printed uncut, indented under a one-line hea
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 from ..run import Run
@@ -48,6 +49,15 @@ def calls_text(run: Run) -> str:
             out.append(f"  error: {call['error']}")
         out.append("  reply:")
         out.append(_indented(call.get("response")))
+        asked = call.get("tool_calls")
+        for c in (json.loads(asked) if isinstance(asked, str) else asked) or ():
+            out.append(f"  asked for tool {c.get('name')}({c.get('arguments')}) [{c.get('id')}]")
+    for tool in run.rows.get("tool_calls", []):  # what the tool steps ran (stages.tool_agent)
+        outcome = f"failed ({tool.get('error_kind')}): {tool.get('error')}" if tool.get("error") else "returned:"
+        out.append(f"step {tool['step']} {stages.get(tool['step'], '?')}: tool {tool['name']}"
+                   f"({tool.get('arguments_text') or ''}) [{tool.get('call_id')}] {outcome}")
+        if not tool.get("error"):
+            out.append(_indented(tool.get("result")))
     return "\n".join(out) or "(no model calls)"
 
 

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import os
-import sys
 from typing import Any
 
 from ..errors import TracememError
 from .common import Commands, wants_json
+from .loading import load_flow
 from .picture import html_page, mmdc, render_mmdc, svg
 from .render import to_json
 
@@ -23,42 +21,6 @@ def setup_graph(p: argparse.ArgumentParser) -> None:
                         "(rows from the start node, networkx layout) and FILE.png is refused; FILE.html is a "
                         "self-contained page (no script, nothing fetched) with tracemem's drawing and the "
                         "Mermaid source; FILE.mmd is the Mermaid source")
-
-
-def load_flow(target: str) -> Any:
-    """The Flow `MODULE:ATTR` names: a Flow, a Pipeline (built here), or a factory returning either."""
-    from ..flow.pipeline import Flow, Pipeline
-
-    module_name, _, attr = target.partition(":")
-    if not attr:
-        raise TracememError(f"graph takes MODULE:ATTR (e.g. examples.credit:flow), got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise TracememError(f"cannot import {module_name}: {err}") from None
-    except Exception as err:  # the module itself failed (syntax error, an exception at import)
-        raise TracememError(f"cannot import {module_name}: {type(err).__name__}: {err}") from None
-    flow = getattr(module, attr, None)
-    if flow is None:
-        raise TracememError(f"{module_name} has no attribute '{attr}'")
-    if callable(flow) and not isinstance(flow, (Flow, Pipeline, type)):
-        required = [p.name for p in inspect.signature(flow).parameters.values()
-                    if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if required:
-            raise TracememError(f"{target} takes arguments ({', '.join(required)}); graph calls a factory with "
-                                f"none: name a function that builds the flow on its own")
-        try:
-            flow = flow()
-        except Exception as err:
-            raise TracememError(f"{target}() failed: {type(err).__name__}: {err}") from None
-    if isinstance(flow, Pipeline):
-        flow = flow.build()
-    if not isinstance(flow, Flow):
-        raise TracememError(f"{target} is (or returned) a {type(flow).__name__}, not a flow: name a Pipeline, "
-                            f"a built Flow or a function returning one")
-    return flow
 
 
 def write_picture(flow: Any, path: str) -> str:

@@ -7,16 +7,13 @@ such as a model, `--env MODULE:ATTR` (a dict, or a function returning one).
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
-import os
-import sys
 from typing import Any
 
 from ..errors import ResumeError, TracememError
 from ..flow.interrupt import NO_ANSWER
 from .common import Commands, db_path, open_store, resolve_run, wants_json
+from .loading import load_env, load_flow
 from .render import table, to_json
 
 
@@ -44,45 +41,8 @@ def setup_fork(p: argparse.ArgumentParser) -> None:
     _common(p)
 
 
-def _attr(target: str, what: str) -> Any:
-    """The object MODULE:ATTR (or FILE.py:ATTR) names."""
-    where, _, attr = target.rpartition(":")
-    if not where or not attr:
-        raise TracememError(f"{what} takes MODULE:ATTR or FILE.py:ATTR (e.g. examples/approval.py:flow), got {target!r}")
-    try:
-        if where.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(f"tracemem_cli_{abs(hash(where))}", where)
-            if spec is None or spec.loader is None or not os.path.exists(where):
-                raise ImportError(f"no file {where}")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(where)
-    except ImportError as err:
-        raise TracememError(f"cannot import {where}: {err}") from None
-    except Exception as err:  # the module itself failed (syntax error, an exception at import)
-        raise TracememError(f"cannot import {where}: {type(err).__name__}: {err}") from None
-    if not hasattr(module, attr):
-        raise TracememError(f"{where} has no attribute '{attr}'")
-    return getattr(module, attr)
-
-
 def _flow_and_env(args: argparse.Namespace) -> tuple[Any, Any]:
-    from ..flow.pipeline import Flow, Pipeline
-
-    flow = _attr(args.flow, "--flow")
-    if isinstance(flow, Pipeline):
-        flow = flow.build()
-    if not isinstance(flow, Flow):
-        raise TracememError(f"--flow {args.flow} is a {type(flow).__name__}, not a flow (a Pipeline or a built Flow)")
-    env = _attr(args.env, "--env") if args.env else None
-    if callable(env):
-        env = env()
-    if env is not None and not isinstance(env, dict):
-        raise TracememError(f"--env {args.env} gave a {type(env).__name__}, not a dict")
-    return flow, env
+    return load_flow(args.flow, "--flow"), load_env(args.env)
 
 
 def _json_arg(text: str, what: str) -> Any:

@@ -5,23 +5,27 @@ chat model so that the call is recorded (`ctx.complete`), mark the run degraded
 while it still succeeds (`ctx.degrade`), pause the run for a human (`ctx.interrupt`,
 see `flow/interrupt.py`), and emit extra rows (`model_calls`, `prompt_sections`, ...)
 tied to its step. Everything it records goes into the step's recorder, which the
-runner hands to the sinks.
+runner hands to the sinks. A step of a `Pipeline.map` fan-out finds its element in
+`ctx.item`.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from ..errors import TracememError
 from ..ids import new_id
+from ..scope.tracked import unwrap
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
 
 if TYPE_CHECKING:
     from ..run import Run
     from ..scope.recorder import StepRecorder
+    from .events import EventFeed
 
 
 class StageContext:
@@ -30,15 +34,16 @@ class StageContext:
     `args` is the run input (read-only); `env` holds untracked dependencies such as
     model clients (`flow.run(..., env={...})`), never recorded; `store` is the Store
     the run records into (or None); `subject` is whose run this is (memory scoping);
-    `pipeline` is the name of the pipeline running.
+    `pipeline` is the name of the pipeline running; `item` is this step's element when
+    the stage runs once per element of a list (`Pipeline.map`), else None.
     """
 
     __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
-                 "pipeline", "_rec", "_answers", "_asked", "_replay")
+                 "pipeline", "item", "_rec", "_answers", "_asked", "_replay", "_events")
 
     def __init__(self, run: "Run", rec: "StepRecorder", name: str, iteration: int, args: Mapping[str, Any],
                  env: Mapping[str, Any], store: Any, answers: Optional[Sequence[Answer]] = (),
-                 replay: Any = None) -> None:
+                 replay: Any = None, *, item: Any = None, events: Optional["EventFeed"] = None) -> None:
         self.run_id = run.run_id
         self.run = run
         self.pipeline = run.pipeline
@@ -50,10 +55,22 @@ class StageContext:
         self.env = env
         self.subject = run.subject
         self.store = store
+        self.item = item
         self._rec = rec
         self._answers = answers  # None: a fork branch, which cannot pause
         self._asked = 0
         self._replay = replay  # a ReplayBook: calls whose exact request it holds are answered from it
+        self._events = events  # set while the run streams events: tokens go there as they arrive
+
+    @property
+    def without(self) -> frozenset[str]:
+        """The sources ("memory:m_…", "run:…", "section:KIND:ID") this run leaves out: a counterfactual run
+        (`trace.counterfactual`) asks recall, prompt assembly and load_snapshot to act as if they were gone."""
+        return self.run.without
+
+    def excluded(self, kind: str, source_id: Optional[str]) -> bool:
+        """Whether this run leaves out the source `kind:source_id` (see `without`)."""
+        return bool(self.run.without) and source_id is not None and f"{kind}:{source_id}" in self.run.without
 
     def break_loop(self, reason: str = "") -> None:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
@@ -110,16 +127,23 @@ class StageContext:
     def complete(self, model: Any, messages: list[Any], *, prompt_id: Optional[str] = None,
                  **options: Any) -> Any:
         """Call `model.complete(messages, **options)` and record the call as a `model_calls` row of this
-        step: model, provider, prompt id, reply, tokens, latency, and the error if it failed (then re-raised).
+        step: model, provider, prompt id, reply, the tool calls it asked for, tokens, latency, and the
+        error if it failed (then re-raised; a stream cut off mid-reply records what arrived).
 
-        The row keeps the hash of the exact request (`request_hash`: model name, messages, every option),
-        so the call can be replayed later; when the run replays a record (`flow.fork(..., replay=True)`,
-        a resumed stage's calls before its pause), a request found there is answered from it and the
-        row says `replayed`."""
+        Options go to the model as given (`tools=`, `tool_choice=`, `schema=`, `on_token=`). While the
+        run streams events (`flow.stream`), the reply streams too and each text fragment becomes a
+        `TokenDelta`; the recorded row is the same either way. The row keeps the hash of the exact
+        request (`request_hash`: model name, messages, every option), so the call can be replayed
+        later; when the run replays a record (`flow.fork(..., replay=True)`, a resumed stage's calls
+        before its pause), a request found there is answered from it and the row says `replayed`."""
         name = getattr(model, "name", None)
+        messages = [unwrap(m) for m in messages]  # a scope's tracked copies go out (and are hashed) as plain messages
         h = request_hash(name, messages, options)
         call = {"call_id": new_id(48), "model": name, "provider": getattr(model, "provider", None),
                 "prompt_id": prompt_id or None, "request_hash": h}
+        events = self._events
+        if events is not None and _takes_on_token(model):
+            options["on_token"] = events.token_callback(self.run_id, self.step, self.stage, options.get("on_token"))
         started = time.time_ns()
         try:
             if self._replay is not None:
@@ -129,17 +153,39 @@ class StageContext:
             else:
                 reply = model.complete(messages, **options)
         except Exception as err:
-            self.emit("model_calls", **call, response=None, input_tokens=None, output_tokens=None,
+            partial = getattr(err, "partial", None)  # ModelError: a stream broke; keep what arrived
+            self.emit("model_calls", **{**call, **(reply_columns(partial, call["model"]) if partial is not None else
+                                                   {"response": None, "input_tokens": None, "output_tokens": None,
+                                                    "tool_calls": None})},
                       latency_ms=(time.time_ns() - started) / 1e6, started_at=started,
                       error=f"{type(err).__name__}: {err}", replayed=False)
             raise
-        usage = getattr(reply, "usage", None)
-        self.emit("model_calls", **{**call, "model": getattr(reply, "model", None) or call["model"]},
-                  response=reply.text, input_tokens=getattr(usage, "input_tokens", None),
-                  output_tokens=getattr(usage, "output_tokens", None),
-                  latency_ms=(time.time_ns() - started) / 1e6, started_at=started, error=None,
-                  replayed=bool(getattr(reply, "replayed", False)))
+        self.emit("model_calls", **{**call, **reply_columns(reply, name)}, latency_ms=(time.time_ns() - started) / 1e6,
+                  started_at=started, error=None, replayed=bool(getattr(reply, "replayed", False)))
+        if events is not None and getattr(reply, "tool_calls", None):
+            events.tool_requested(self.run_id, self.step, self.stage, reply.tool_calls)
         return reply
+
+
+def reply_columns(reply: Any, model: Optional[str]) -> dict[str, Any]:
+    """The `model_calls` columns a reply fills: model, response, tokens, and the tool calls asked for
+    (`[{"id", "name", "arguments"}]`, arguments as the raw text the model sent; None when there were none)."""
+    usage = getattr(reply, "usage", None)
+    calls = getattr(reply, "tool_calls", None)
+    return {"model": getattr(reply, "model", None) or model, "response": reply.text,
+            "input_tokens": getattr(usage, "input_tokens", None),
+            "output_tokens": getattr(usage, "output_tokens", None),
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments_text} for c in calls] if calls
+            else None}
+
+
+def _takes_on_token(model: Any) -> bool:
+    """Whether `model.complete` accepts `on_token` (the ChatModel protocol does; an older adapter may not)."""
+    try:
+        params = inspect.signature(model.complete).parameters
+    except (TypeError, ValueError):
+        return False
+    return "on_token" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})

@@ -25,18 +25,21 @@ runner the compiled `Program`; the runner never sees the Flow.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Generic, Mapping, Optional, TypeVar, Union
+from typing import (Any, AsyncIterator, Callable, Generic, Iterable, Iterator, Mapping, Optional, TypeVar, Union,
+                    get_origin)
 
 from pydantic import BaseModel
 
 from ..errors import PipelineError, TracememError
 from ..run import Run
 from .program import Program
+from .events import FlowEvent
 from .interrupt import NO_ANSWER
 from .resume import fork_execution, resume_execution
 from .runner import Execution
 from .sinks import Sink, default_sinks
-from .spec import BranchNode, ForkNode, LoopNode, Node, StageNode, StageSpec, SubflowNode, stage_spec
+from .spec import BranchNode, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode, stage_spec
+from .streaming import astream_run, stream_run
 from .sync import run_sync
 
 S = TypeVar("S", bound=BaseModel)
@@ -122,6 +125,28 @@ class Pipeline(Generic[S]):
         self.nodes.append(SubflowNode(spec, flow, inputs, dict(outputs)))
         return self
 
+    def map(self, fn: Callable[..., Any], *, over: str, id: Optional[str] = None, name: Optional[str] = None,
+            description: Optional[str] = None, tool: bool = False) -> "Pipeline[S]":
+        """Run `fn(scope, ctx)` once per element of the list field `over`, all at once (threads for sync,
+        asyncio.gather for async): each is a step of its own (kind "map-item", or "tool" with `tool=True`)
+        that finds its element in `ctx.item`, recorded as a read of `over`. Appends to one list merge in
+        element order; two elements setting one path is an error naming both."""
+        spec = stage_spec(fn, id=id, name=name, description=description, kind="tool" if tool else "map-item",
+                          tool=tool)
+        field = self.scope.model_fields.get(over)
+        where = f"pipeline '{self.name}': map '{spec.id}' over='{over}'"
+        if field is None:
+            raise PipelineError(f"{where}: the scope {self.scope.__name__} has no field '{over}' "
+                                f"(fields: {', '.join(self.scope.model_fields)})")
+        if not (field.annotation in (list, tuple) or get_origin(field.annotation) in (list, tuple)):
+            raise PipelineError(f"{where}: field '{over}' is {field.annotation!r}, not a list; over= names a "
+                                "list field whose elements the stage gets as ctx.item")
+        if not spec.takes_ctx:
+            raise PipelineError(f"pipeline '{self.name}': map stage '{spec.id}' must take (scope, ctx): "
+                                "its element is ctx.item")
+        self.nodes.append(MapNode(spec, over))
+        return self
+
     def loop_to(self, target: str, *, when: Union[str, Callable[[Any], bool]], max_iterations: int = 10,
                 id: Optional[str] = None) -> "Pipeline[S]":
         """Jump back to stage `target` while `when` holds (a branch key or `fn(scope) -> bool`)."""
@@ -179,6 +204,24 @@ class Flow(Generic[S]):
         exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume)
         return await exe.execute(raise_on_error, async_mode=True)
 
+    def stream(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
+               subject: Optional[str] = None, durability: Optional[str] = None, tracer_provider: Any = None,
+               resume: Any = None) -> Iterator[FlowEvent]:
+        """Run and yield typed events as they happen (`tracemem.flow.events`): run started, step started,
+        model token deltas, tool calls, step finished (with its writes), decisions, run finished or failed
+        (a failed run ends the stream with `RunFailedEvent`; nothing is raised for it). Leaving the loop
+        early stops the run before its next step and records it `interrupted`, everything so far kept."""
+        return stream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
+                          self.program.has_async)
+
+    def astream(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
+                subject: Optional[str] = None, durability: Optional[str] = None, tracer_provider: Any = None,
+                resume: Any = None) -> AsyncIterator[FlowEvent]:
+        """`stream` for async code (`async for event in flow.astream(...)`): the run goes on a worker thread,
+        so a sync stage never holds your event loop; close it early with `contextlib.aclosing`."""
+        return astream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
+                           self.program.has_async)
+
     # -- pause, resume, fork (flow/resume.py) ----------------------------------------------
     def resume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
@@ -203,22 +246,27 @@ class Flow(Generic[S]):
     def fork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
              store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
              durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
-             raise_on_error: bool = True) -> Run:
+             raise_on_error: bool = True, without: Iterable[str] = (),
+             counterfactual: Optional[dict[str, Any]] = None) -> Run:
         """Start a new run from `run`'s recorded state after `after_step` (a step number, or a stage id: its
         last execution; 0: the run's start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
         recorded (`forked_from_run_id`, `forked_from_step`); `replay=True` answers every model call whose
-        exact request the original recorded from the record, so only changed prompts reach the model."""
+        exact request the original recorded from the record, so only changed prompts reach the model.
+        `without` lists sources the new run leaves out (see `trace.counterfactual`)."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
-                             subject=subject, sinks=self._sinks(store, durability, tracer_provider))
+                             subject=subject, sinks=self._sinks(store, durability, tracer_provider),
+                             without=without, counterfactual=counterfactual)
         return self._drive(exe, raise_on_error, "afork")
 
     async def afork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
                     store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
                     durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
-                    raise_on_error: bool = True) -> Run:
+                    raise_on_error: bool = True, without: Iterable[str] = (),
+                    counterfactual: Optional[dict[str, Any]] = None) -> Run:
         """`fork` for callers already inside an event loop."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
-                             subject=subject, sinks=self._sinks(store, durability, tracer_provider))
+                             subject=subject, sinks=self._sinks(store, durability, tracer_provider),
+                             without=without, counterfactual=counterfactual)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def _drive(self, exe: Execution, raise_on_error: bool, async_name: str) -> Run:

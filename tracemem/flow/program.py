@@ -22,12 +22,12 @@ from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..scope.view import ScopeView, view_class
 from .interrupt import mentions_interrupt
-from .spec import BranchNode, ForkNode, LoopNode, Node, StageNode, StageSpec, SubflowNode
+from .spec import BranchNode, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-Op = Literal["stage", "branch", "fork", "subflow", "loop", "jump"]
+Op = Literal["stage", "branch", "fork", "subflow", "loop", "jump", "map"]
 
 START, END = "__start__", "__end__"
 
@@ -128,6 +128,13 @@ class Program:
             elif isinstance(node, SubflowNode):
                 self._register(node.spec.id, at, node.spec)
                 self.ins.append(Instruction("subflow", node.spec.id, node.spec, node=node))
+            elif isinstance(node, MapNode):
+                if mentions_interrupt(node.spec.fn):
+                    raise PipelineError(
+                        f"map '{node.spec.id}' calls ctx.interrupt(), but its steps run together and commit "
+                        f"together, so one cannot pause alone; ask in a stage before or after it")
+                self._register(node.spec.id, at, node.spec)
+                self.ins.append(Instruction("map", node.spec.id, node.spec, node=node))
             elif isinstance(node, LoopNode):
                 self._register(node.id, at)
                 ins = Instruction("loop", node.id, node=node)
@@ -223,7 +230,9 @@ class Program:
             g.add_node(ins.id, kind=kind, name=spec.name if spec else ins.id,
                        description=spec.description if spec else None, tool=bool(spec and spec.tool),
                        **({"pause_before": True} if spec is not None and spec.pause_before else {}))
-            if ins.op in ("stage", "subflow"):
+            if ins.op == "map":
+                g.nodes[ins.id]["over"] = ins.node.over
+            if ins.op in ("stage", "subflow", "map"):
                 g.add_edge(ins.id, self.node_at(i + 1), label=None)
             elif ins.op == "branch":
                 for key, target in ins.targets.items():
@@ -297,12 +306,12 @@ class Program:
     def mermaid(self) -> str:
         """The graph as a Mermaid flowchart."""
         shapes = {"decider": ('{"', '"}'), "fork": ('{{"', '"}}'), "subflow": ('[["', '"]]'),
-                  "loop": ('(("', '"))'), "start": ('(["', '"])'), "end": ('(["', '"])')}
+                  "loop": ('(("', '"))'), "map": ('[/"', '"/]'), "start": ('(["', '"])'), "end": ('(["', '"])')}
         ids = {n: f"n{i}" for i, n in enumerate(self.graph.nodes)}
         lines = ["flowchart TD"]
         for n, d in self.graph.nodes(data=True):
             left, right = shapes.get(d["kind"], ('["', '"]'))
-            label = str(d.get("name") or n).replace('"', "'")
+            label = str(d.get("name") or n).replace('"', "'") + (f" (each of {d['over']})" if d.get("over") else "")
             lines.append(f"    {ids[n]}{left}{label}{right}")
         for a, b, d in self.graph.edges(data=True):
             label = d.get("label")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 from pydantic import BaseModel
 
 from ..errors import TracememError
-from ..models import Reply, Usage
+from ..models import Reply, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -71,14 +71,13 @@ def request_hash(model: Optional[str], messages: Any, options: Mapping[str, Any]
 
 def _reply(row: Mapping[str, Any]) -> ReplayedReply:
     """A recorded `model_calls` row as the reply it was."""
-    kwargs: dict[str, Any] = {}
-    names = {f.name for f in dataclasses.fields(Reply)}
-    if "tool_calls" in names and row.get("tool_calls"):  # models that return tool calls record them
-        calls = row["tool_calls"]
-        kwargs["tool_calls"] = json.loads(calls) if isinstance(calls, str) else calls
+    calls = row.get("tool_calls") or []  # [{"id", "name", "arguments": the raw text}] (JSON text when loaded)
+    calls = json.loads(calls) if isinstance(calls, str) else calls
     return ReplayedReply(text=row.get("response") or "", model=row.get("model") or "",
                          usage=Usage(row.get("input_tokens") or 0, row.get("output_tokens") or 0),
-                         request_hash=row.get("request_hash"), **kwargs)
+                         tool_calls=tuple(ToolCall(id=c.get("id") or "", name=c["name"],
+                                                   arguments_text=c.get("arguments") or "") for c in calls),
+                         finish_reason="tool_calls" if calls else None, request_hash=row.get("request_hash"))
 
 
 class ReplayBook:

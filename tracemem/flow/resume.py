@@ -19,7 +19,7 @@ answered from the record (`flow/replay.py`).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, TYPE_CHECKING, Union
 
 from ..errors import PathError, ResumeError, ScopeReadError, ScopeWriteError, TracememError
 from ..ids import new_id
@@ -195,9 +195,11 @@ def _release(run: Run, store: Any, status: str) -> None:
 def fork_execution(program: Program, target: Union[Run, str], after_step: Union[int, str], *,
                    edits: Optional[Mapping[str, Any]] = None, store: Any = None,
                    env: Optional[Mapping[str, Any]] = None, sinks: Optional[list[Sink]] = None,
-                   replay: bool = False, subject: Optional[str] = None) -> Execution:
+                   replay: bool = False, subject: Optional[str] = None, without: Iterable[str] = (),
+                   counterfactual: Optional[dict[str, Any]] = None) -> Execution:
     """An Execution of a new run that starts from `target`'s state after `after_step` (0: its start),
-    with `edits` applied as its first step (see the module doc)."""
+    with `edits` applied as its first step (see the module doc); `without` names sources the new run
+    leaves out ("memory:m_…", "run:…", "section:KIND:ID"; see StageContext.without)."""
     source = _load(target, store, "fork")
     if source.pipeline != program.name:
         raise ResumeError(f"run {source.run_id} is a run of '{source.pipeline}', not of '{program.name}'; fork "
@@ -212,6 +214,7 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
               subject=exe.subject)
     run.store, run.tools = store, program.tools
     run.forked_from_run_id, run.forked_from_step = source.run_id, after
+    run.without, run.counterfactual = frozenset(str(w) for w in without), counterfactual
     pos.loops.last_decision.clear()  # the decisions that routed here are steps of the original run
     _restore(exe, program, run, data, {}, pos, dict(data))
     exe.prelude = edit

@@ -5,8 +5,10 @@ here) → call the stage with its view (and context) → on error, record the st
 failed and abort; if it asked a human (`ctx.interrupt`), record it paused and end
 the run `paused` → otherwise commit its writes and hand the finished step to the
 sinks. The node kinds differ only in what they do around that path: a decider
-picks the next instruction, a loop counts its rounds, a fork runs several steps
-at once, a subflow runs a child program inside its step.
+picks the next instruction, a loop counts its rounds, a fork or a map runs several
+steps at once (flow/parallel.py), a subflow runs a child program inside its step.
+While a run streams (`flow.stream`), each step's start goes to its event feed and
+the run stops before its next step once its reader leaves (flow/streaming.py).
 
 A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a
 recorded run (scope, step numbers, iteration counts, loops, the instruction to
@@ -23,19 +25,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
-from ..errors import LoopLimitError, RunFailed, StageError, TracememError
+from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
 from ..record import Decision, Step, StepKind
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
 from .context import EMPTY, ReadOnlyArgs, StageContext
-from .fork import fork_conflict, merge_branch, run_branches
+from .events import EventFeed
 from .interrupt import Delivery, Pause
+from .parallel import PARALLEL_HANDLERS, ParallelSteps
 from .program import Instruction, Program
 from .steps import Abort, Begun, LoopState, Paused
 from .sinks import Sink
@@ -45,8 +49,8 @@ from .sync import run_sync
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
 
 
-class Execution:
-    """The state of one run while it executes."""
+class Execution(ParallelSteps):
+    """The state of one run while it executes (forks and maps: `ParallelSteps`, flow/parallel.py)."""
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
                  store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
@@ -72,6 +76,8 @@ class Execution:
         self.gate = -1  # a `pause_before` point already answered
         self.replay: Any = None  # a ReplayBook: model calls answered from a record
         self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
+        self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
+        self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
@@ -140,9 +146,12 @@ class Execution:
             sink.end_run(run)
 
     async def _execute_program(self, pc: int = 0) -> None:
-        ins_list = self.program.ins
+        ins_list, cancel = self.program.ins, self.cancel
         end = len(ins_list)
         while pc < end:
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
+                                   "was closed)")
             ins = ins_list[pc]
             if ins.op == "stage":  # the common case, without a lookup
                 pc = await self._do_stage(ins, pc)
@@ -157,6 +166,8 @@ class Execution:
         self.next_step += 1
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
+        if self.events is not None:
+            self.events.step_started(self.run, self.next_step, spec, kind, iteration)
         begun = Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
                       self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
@@ -172,7 +183,7 @@ class Execution:
         view = self.program.view_class(rec)
         if spec.takes_ctx:
             ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store,
-                               begun.answers, begun.replay or self.replay)
+                               begun.answers, begun.replay or self.replay, item=begun.item, events=self.events)
             result = call(view, ctx)
         else:
             result = call(view)
@@ -322,33 +333,6 @@ class Execution:
             self._finish(begun, Decision(begun.rec.step, "continue", {"when": when}))
         return ins.target
 
-    async def _do_fork(self, ins: Instruction, pc: int) -> int:
-        specs: list[StageSpec] = ins.node.branches
-        begun = [self._begin(ins, spec, "fork-branch") for spec in specs]
-        outcomes = await run_branches(lambda i: self._call(begun[i]), [s.is_async for s in specs], self.async_mode)
-        for b, outcome in zip(begun, outcomes):
-            b.started = outcome.started
-        failed_at = next((i for i, o in enumerate(outcomes) if o.error is not None), -1)
-        failure: Optional[BaseException] = outcomes[failed_at].error if failed_at >= 0 else fork_conflict(
-            [s.id for s in specs], [b.rec for b in begun])
-        decision, next_pc = None, pc + 1
-        breaker = next((i for i, b in enumerate(begun) if b.rec.break_reason is not None), -1)
-        if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
-            decision, next_pc = self._break(ins, begun[breaker])
-        if failure is not None:
-            abort: Optional[Abort] = None
-            for b, outcome in zip(begun, outcomes):
-                own = outcome.error
-                err = own if own is not None else failure if failed_at < 0 else TracememError(
-                    f"not committed: fork branch '{specs[failed_at].id}' failed")
-                a = self._fail(b, err)
-                abort = abort or (a if own is not None or failed_at < 0 else None)
-            raise abort or Abort(str(failure), failure)
-        for i, (b, outcome) in enumerate(zip(begun, outcomes)):
-            merge_branch(self.state, b.rec)
-            self._record(b, "ok", None, decision if i == breaker else None, outcome.ended)
-        return next_pc
-
     async def _do_subflow(self, ins: Instruction, pc: int) -> int:
         node: SubflowNode = ins.node
 
@@ -365,6 +349,7 @@ class Execution:
                 exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
                                 sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
                 exe.replay = self.replay  # a fork replaying a record replays its subflows' calls too
+            exe.events = self.events
             coro = exe.execute(False, async_mode=self.async_mode)
             child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
             begun.child_run_id = child.run_id
@@ -391,4 +376,4 @@ EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside
 # What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
 HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
     "jump": Execution._do_jump, "stage": Execution._do_stage, "branch": Execution._do_branch,
-    "loop": Execution._do_loop, "fork": Execution._do_fork, "subflow": Execution._do_subflow}
+    "loop": Execution._do_loop, "subflow": Execution._do_subflow, **PARALLEL_HANDLERS}

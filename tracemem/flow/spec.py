@@ -104,4 +104,10 @@ class LoopNode:
     max_iterations: int
 
 
-Node = Union[StageNode, BranchNode, ForkNode, SubflowNode, LoopNode]
+@dataclass
+class MapNode:
+    spec: StageSpec  # run once per element of the list at `over`, concurrently; kind "map-item" or "tool"
+    over: str
+
+
+Node = Union[StageNode, BranchNode, ForkNode, SubflowNode, LoopNode, MapNode]

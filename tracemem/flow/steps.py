@@ -38,15 +38,18 @@ class Paused(TracememError):
 class Begun:
     """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
 
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay")
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
+                 "item")
 
     def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
                  routed_by: Optional[int]) -> None:
         self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
         self.started = time.time_ns()
         self.child_run_id: Optional[str] = None
-        self.answers: Any = None if kind == "fork-branch" else ()  # what ctx.interrupt returns (None: cannot)
+        # what ctx.interrupt returns (None: cannot, in a step that runs beside others)
+        self.answers: Any = None if kind in ("fork-branch", "map-item", "tool") else ()
         self.replay: Any = None  # a re-entered stage: its model calls before the pause, to answer from
+        self.item: Any = None  # a map step's element (`ctx.item`)
 
 
 class LoopState:

@@ -9,12 +9,13 @@ into its own format: OpenAI's ``function`` here, Anthropic's ``input_schema`` wo
 """
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
 from .errors import ModelConfigError
 
@@ -30,6 +31,20 @@ def parse_arguments(text: str) -> Optional[dict[str, Any]]:
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _clone(model: M, **fields: Any) -> M:
+    """A copy of a message or tool call with `fields` replaced: what a deep copy of one is (their other fields
+    are strings). The scope copies every value it stores, and pydantic's generic deep copy costs ~10x this."""
+    clone = object.__new__(type(model))
+    object.__setattr__(clone, "__dict__", {**model.__dict__, **fields})
+    object.__setattr__(clone, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
+    object.__setattr__(clone, "__pydantic_extra__", None)  # extra="forbid": never any
+    object.__setattr__(clone, "__pydantic_private__", None)
+    return clone
 
 
 class ToolCall(BaseModel):
@@ -75,6 +90,9 @@ class ToolCall(BaseModel):
     def _wire(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_text}}
 
+    def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "ToolCall":
+        return _clone(self, arguments=copy.deepcopy(self.arguments, memo))
+
 
 class Message(BaseModel):
     """One chat message; ``model_dump()`` is the OpenAI wire shape (``content`` always present).
@@ -89,7 +107,7 @@ class Message(BaseModel):
 
     role: Role
     content: Optional[str] = None
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)  # a factory: no copy of a default per message
     tool_call_id: Optional[str] = None
     name: Optional[str] = None
 
@@ -103,6 +121,9 @@ class Message(BaseModel):
         if self.name is not None:
             out["name"] = self.name
         return out
+
+    def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "Message":
+        return _clone(self, tool_calls=[c.__deepcopy__(memo) for c in self.tool_calls])
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:
@@ -126,6 +147,8 @@ def wire_message(message: MessageLike, index: int = 0) -> dict[str, Any]:
     """
     if isinstance(message, Message):
         return message.model_dump()
+    if not isinstance(message, Mapping) and callable(getattr(message, "model_dump", None)):
+        message = message.model_dump()  # another pydantic model of this shape, or a scope's tracked copy of one
     if isinstance(message, Mapping):
         try:
             return Message.model_validate(message).model_dump()

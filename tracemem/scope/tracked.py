@@ -232,7 +232,10 @@ class TrackedDict(dict):
 
 
 class TrackedModel:
-    """A nested pydantic model copy whose attribute writes are recorded."""
+    """A nested pydantic model copy whose attribute writes are recorded.
+
+    A model that reads like a dict (`tracemem.models.Message`: `m["role"]`, `m.get("content")`)
+    reads the same way here, through the tracked fields."""
 
     __slots__ = ("_model", "_rec", "_path")
 
@@ -245,7 +248,7 @@ class TrackedModel:
         model = self._model
         value = getattr(model, name)
         if name not in type(model).model_fields:
-            return value
+            return self._get if name == "get" and callable(value) else value
         wrapped = _reached(value, self._rec, self._path + (name,))
         if wrapped is not value:
             model.__dict__[name] = wrapped
@@ -258,6 +261,15 @@ class TrackedModel:
                 f"{type(self._model).__name__} has no field '{name}'",
             )
         self._model.__dict__[name] = self._rec.mutate(self._path + (name,), "set", value)
+
+    def __getitem__(self, key: Any) -> Any:
+        model = self._model
+        if isinstance(key, str) and key in type(model).model_fields and hasattr(type(model), "__getitem__"):
+            return self.__getattr__(key)
+        return model[key]  # type: ignore[index]
+
+    def _get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if isinstance(key, str) and key in type(self._model).model_fields else default
 
     def __eq__(self, other: Any) -> bool:
         other = unwrap(other) if isinstance(other, TrackedModel) else other

@@ -4,7 +4,7 @@ Rows are collected as Python tuples and inserted per table as one Arrow table
 (`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
 hundreds of rows a second, Arrow batches hundreds of thousands. `COLUMNS` is the
 one list of every run table's columns and types: the journal, the loader and
-retention all read it from here. `duration_ms` (runs, steps, model_calls) is
+retention all read it from here. `duration_ms` of runs, steps and model_calls is
 derived when a batch is inserted, never carried in the rows: from the recorded
 ns timestamps (a model call: its measured latency).
 """
@@ -31,7 +31,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
              ("continues_run_id", S), ("degraded", S), ("duration_ms", F), ("pending", J), ("resume_at", J),
-             ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S)],
+             ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S), ("counterfactual", J)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S)), ("duration_ms", F)],
@@ -40,7 +40,8 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "decisions": [("run_id", S), ("step", I), ("chosen", S), ("evidence", J)],
     "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
                     ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
-                    ("started_at", NS), ("error", S), ("duration_ms", F), ("request_hash", S), ("replayed", pa.bool_())],
+                    ("started_at", NS), ("error", S), ("duration_ms", F), ("request_hash", S), ("replayed", pa.bool_()),
+                    ("tool_calls", J)],
     "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
     "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
                         ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
@@ -53,10 +54,14 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "subflows": [("run_id", S), ("step", I), ("child_run_id", S), ("inputs", J), ("outputs", J)],
     "human_inputs": [("run_id", S), ("step", I), ("idx", I), ("input_id", S), ("payload", J), ("answer", J),
                      ("answered_by", S), ("asked_step", I), ("answered_at", NS)],
+    "tool_calls": [("run_id", S), ("step", I), ("call_id", S), ("name", S), ("arguments", J), ("arguments_text", S),
+                   ("result", S), ("error", S), ("error_kind", S), ("truncated", pa.bool_()), ("original_chars", I),
+                   ("started_at", NS), ("duration_ms", F)],
 }
 EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
-DERIVED = frozenset({"duration_ms"})  # computed by `Batch.insert`, never part of a row tuple
-GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED]
+DERIVED = {t: frozenset({"duration_ms"}) for t in ("runs", "steps", "model_calls")}  # computed by `Batch.insert`,
+# never part of a row tuple (a tool call's duration_ms is measured around the tool, so it is given)
+GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED.get(t, ())]
                                                    for t, cols in COLUMNS.items()}
 _HOST = socket.gethostname()
 
@@ -70,7 +75,7 @@ def run_row(run: Run) -> tuple:
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
             run.subject, run.query, run.trace_id, run.continues, run.degraded, _json(run.pending),
-            _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id)
+            _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, _json(run.counterfactual))
 
 
 def padded_run_row(row: Sequence[Any]) -> tuple:

@@ -44,11 +44,11 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
     head = first_row(con.execute(
         "SELECT pipeline, pipeline_hash, status, error, epoch_ns(started_at), epoch_ns(ended_at), input, output, "
         "parent_run_id, parent_step, subject, query, trace_id, continues_run_id, degraded, pending, resume_at, "
-        "forked_from_run_id, forked_from_step, span_id FROM runs WHERE run_id = ?", [run_id]))
+        "forked_from_run_id, forked_from_step, span_id, counterfactual FROM runs WHERE run_id = ?", [run_id]))
     if head is None:
         raise TracememError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
     (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject, query,
-     trace_id, continues, degraded, pending, resume_at, forked_from, forked_step, span_id) = head
+     trace_id, continues, degraded, pending, resume_at, forked_from, forked_step, span_id, counterfactual) = head
     run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
               schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
               started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
@@ -57,6 +57,8 @@ def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -
     run.pending = json.loads(pending) if pending is not None else None
     run.resume_at = json.loads(resume_at) if resume_at is not None else None
     run.forked_from_run_id, run.forked_from_step, run.span_id = forked_from, forked_step, span_id
+    run.counterfactual = json.loads(counterfactual) if counterfactual is not None else None
+    run.without = frozenset((run.counterfactual or {}).get("without", ()))
     run.steps = [Step(*row[:11], tuple(row[11] or ())) for row in con.execute(
         "SELECT step, stage, name, kind, iteration, status, error, epoch_ns(started_at), epoch_ns(ended_at), "
         "routed_by, child_run_id, logs FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]

@@ -22,8 +22,9 @@ Follow = Callable[[str, str, int], tuple[int, list[tuple[str, str, Any]]]]
 
 def embedding_rows(embedder: Any, runs: Sequence[Run]) -> list[tuple]:
     """`run_embeddings` rows for the finished, successful runs that carry a query (one embedder call
-    for all): a failed run is never offered to load_snapshot as past experience."""
-    todo = [r for r in runs if r.query and r.parent_run_id is None and r.status == "ok"]
+    for all): a failed run is never offered to load_snapshot as past experience, nor a counterfactual
+    run (a what-if, not something that happened)."""
+    todo = [r for r in runs if r.query and r.parent_run_id is None and r.status == "ok" and r.counterfactual is None]
     if not todo or embedder is None:
         return []
     vectors = np.asarray(embedder.embed([r.query for r in todo]), dtype=np.float32)

@@ -1,12 +1,15 @@
-"""Backtracking beyond the scope: model calls, prompt sections, memories, past runs.
+"""Backtracking beyond the scope: model calls, tool calls, prompt sections, memories, past runs.
 
-For any step on a trace, the rows that step emitted (`model_calls`, `human_inputs`,
-`memory_uses`, `snapshot_uses`) become nodes, and from a memory the walk
-continues, through its provenance, into the run and step that extracted it —
-following there only what explains the memory: the extraction's model call and
-the reads that carried the user's turn (the question, the turn id), not the
-values a model wrote (the assistant's reply), which the extraction also read.
-The walker calls `step_sources` for every write and step it expands.
+For any step on a trace, the rows that step emitted (`model_calls`, `tool_calls`,
+`human_inputs`, `memory_uses`, `snapshot_uses`) become nodes. A model call leads to
+its prompt sections and to what its step read (the conversation it was sent: a tool
+result there leads on to the tool step, and through it to the model call that asked
+for the tool). From a memory the walk continues, through its provenance, into the
+run and step that extracted it — following there only what explains the memory: the
+extraction's model call and the reads that carried the user's turn (the question,
+the turn id), not the values a model wrote (the assistant's reply), which the
+extraction also read. The walker calls `step_sources` for every write and step it
+expands.
 """
 from __future__ import annotations
 
@@ -24,14 +27,32 @@ def _sections(idx: RunIndex, prompt_id: str) -> list[dict[str, Any]]:
     return [r for r in idx.run.rows.get("prompt_sections", ()) if r["prompt_id"] == prompt_id]
 
 
-def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -> None:
+def _json(value: Any) -> Any:
+    """A JSON column as Python: live rows hold the object, rows loaded back hold its text."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int, turn_only: bool = False) -> None:
+    """The nodes beyond the scope of one step (`turn_only`: the step that extracted a memory, see above)."""
     run_id = idx.run.run_id
     for call in idx.rows("model_calls", step):
         child = f"mc:{run_id}:{call['call_id']}"
-        if w.add(child, depth + 1, idx, (_expand_call, call), kind="model_call", run_id=run_id, step=step,
+        if w.add(child, depth + 1, idx, (_expand_call, call, turn_only), kind="model_call", run_id=run_id, step=step,
                  model=call["model"], prompt_id=call["prompt_id"], response=call["response"],
                  error=call.get("error"), input_tokens=call.get("input_tokens"),
-                 output_tokens=call.get("output_tokens")):
+                 output_tokens=call.get("output_tokens"), tool_calls=_json(call.get("tool_calls"))):
+            w.link(node, child, "source")
+    for tool in idx.rows("tool_calls", step):
+        child = f"tc:{run_id}:{step}:{tool['call_id']}"
+        if w.add(child, depth + 1, None, None, kind="tool_call", run_id=run_id, step=step, call_id=tool["call_id"],
+                 name=tool["name"], arguments=_json(tool.get("arguments")), arguments_text=tool.get("arguments_text"),
+                 result=tool.get("result"), error=tool.get("error"), error_kind=tool.get("error_kind"),
+                 truncated=tool.get("truncated"), duration_ms=tool.get("duration_ms")):
             w.link(node, child, "source")
     for answer in idx.rows("human_inputs", step):
         child = f"hi:{run_id}:{answer['input_id']}"
@@ -53,16 +74,17 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int) -
             w.link(node, child, "source")
 
 
-def _json(text: Any) -> Any:
-    """A JSON column as its value (a live row holds the text, as the table does)."""
-    return json.loads(text) if isinstance(text, str) else text
+def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any],
+                 turn_only: bool = False) -> None:
+    if call.get("prompt_id"):
+        _prompt_sections(w, node, depth, idx, call["prompt_id"])
+    reads = idx.reads.get(call["step"], ())  # what the call was sent was read by its step
+    w.read_sources(node, idx, [r for r in reads if not idx.model_output(r)] if turn_only else reads, depth)
 
 
-def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[str, Any]) -> None:
-    if not call.get("prompt_id"):
-        return
+def _prompt_sections(w: "Walker", node: str, depth: int, idx: RunIndex, prompt_id: str) -> None:
     counters: dict[str, int] = {}
-    for s in _sections(idx, call["prompt_id"]):
+    for s in _sections(idx, prompt_id):
         counters[s["kind"]] = counters.get(s["kind"], 0) + 1
         child = f"ps:{s['prompt_id']}:{s['idx']}"
         if w.add(child, depth + 1, idx, (_expand_section, s), kind="prompt_section", run_id=idx.run.run_id,

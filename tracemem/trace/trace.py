@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "Trace", "describe", "describe_decision"]
 
-KINDS = ("write", "input", "decision", "step", "model_call", "prompt_section", "memory", "run", "human_input")
+KINDS = ("write", "input", "decision", "step", "model_call", "tool_call", "prompt_section", "memory", "run",
+         "human_input")
 _ARROWS = {"control": "⇐ ", "provenance": "↞ "}
 _EDGE_ORDER = {"source": 0, "provenance": 1, "subflow": 2, "data": 3, "compose": 4, "control": 5}
 _SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
@@ -164,8 +165,13 @@ class Trace:
             edges = self.graph.edges
             children = sorted((c for c in self.graph.successors(node) if keep is None or c in keep),
                               key=lambda c: _EDGE_ORDER.get(edges[node, c].get("kind"), 9))
+            # what a step read is shown once: under the model call it was sent to, not again beside it
+            fed = {g for c in children if self.graph.nodes[c].get("kind") == "model_call"
+                   for g in self.graph.successors(c) if edges[c, g].get("kind") == "data"}
             again: dict[str, list[str]] = {}
             for child in children:
+                if child in fed and edges[node, child].get("kind") in ("data", "compose"):
+                    continue
                 child_arrow = _ARROWS.get(edges[node, child].get("kind"), "← ")
                 if child in seen:
                     again.setdefault(child_arrow, []).append(child)
@@ -213,6 +219,15 @@ class Trace:
                         "basis": "correlational: overlap with the answer, not a causal attribution"})
         out.sort(key=lambda r: (-r["score"], r["node"]))
         return out
+
+    def counterfactual(self, without: Any, *, flow: Any, model: Any = None, env: Any = None,
+                       store: Any = None) -> Any:
+        """Would the value change without `without` (a memory id, `run:ID` or `section:KIND:ID`)? Re-executes
+        the run from where the source entered, as a recorded fork, replaying unchanged model calls; causal,
+        unlike `influence()`. See `tracemem.trace.counterfactual`."""
+        from .counterfactual import counterfactual
+
+        return counterfactual(self, without, flow=flow, model=model, env=env, store=store)
 
     def to_json(self) -> dict[str, Any]:
         """The trace as a JSON-able dict of nodes and edges."""
@@ -284,7 +299,21 @@ def describe(d: dict[str, Any]) -> str:
         if d.get("error"):
             return f"model call {d['model']} failed: {d['error']}"
         prompt = f" (prompt {d['prompt_id']})" if d.get("prompt_id") else ""
+        calls = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
+        if calls:
+            asked = ", ".join(f"{c.get('name')}({_value(c.get('arguments') or '', 40)})" for c in calls[:4])
+            more = f" and {len(calls) - 4} more" if len(calls) > 4 else ""
+            said = f" and said {_value(d['response'], 30)!r}" if d.get("response") else ""
+            return f"model call {d['model']} asked for {asked}{more}{said}{prompt}"
         return f"model call {d['model']} replied {_value(d.get('response') or '', 50)!r}{prompt}"
+    if kind == "tool_call":
+        where = f"(run {d['run_id'][:8]} step {d['step']}"
+        took = f", {d['duration_ms']:.2f} ms)" if isinstance(d.get("duration_ms"), (int, float)) else ")"
+        call = f"tool call {d['name']}({_value(d.get('arguments_text') or '', 50)})"
+        if d.get("error"):
+            return f"{call} failed ({d.get('error_kind') or 'error'}): {_value(d['error'], 80)}  {where}{took}"
+        cut = ", truncated" if d.get("truncated") else ""
+        return f"{call} returned {_value(d.get('result') or '', 50)!r}  {where}{took[:-1]}{cut})"
     if kind == "prompt_section":
         label = _SECTION_LABELS.get(d["section"], d["section"])
         line = f" line {d['line']}" if d["section"] == "memory" else ""

@@ -241,7 +241,8 @@ class Walker:
                 reads = [r for r in reads if not idx.model_output(r)]
             self.read_sources(node, idx, reads, depth)
             self.control(node, idx, step, depth)
-            sources.step_sources(self, idx, step, node, depth)  # a decider's too: a model or a human chose
+            # a decider's too: a model or a human chose
+            sources.step_sources(self, idx, step, node, depth, turn_only=what == "turn")
         elif callable(what):
             what(self, node, depth, idx, *item[1:])
 

@@ -1,0 +1,130 @@
+"""`tool_agent`: a model that calls tools, declared as a stage graph you can see and trace.
+
+    think → route → tools → think → … → final
+
+- `think` sends the conversation and the tools to the model (`ctx.complete`, so the
+  call is recorded with the tool calls it asked for), appends the reply as the
+  assistant message and keeps its tool calls in `pending_tool_calls`;
+- `route` (a decider) goes to `tools` while the reply asked for tools, else to `final`;
+- `tools` runs every pending call as a step of its own, all at once (`Pipeline.map`:
+  threads for sync tools, `asyncio.gather` for async ones), records each in the
+  `tool_calls` table (arguments, result, error, timing, the size cap if applied) and
+  appends its tool-result message (with `tool_call_id`) in the order the model asked;
+- the loop back to `think` is guarded: more than `max_turns` rounds of tools fail the
+  run with a LoopLimitError naming the `max_turns` loop, every step so far kept;
+- `final` writes the last assistant text to `answer`.
+
+A tool that raises, arguments that are not JSON or do not fit, and an unknown tool
+name become tool-result messages stating the error (`ToolSet.run`): the model reads
+them and can correct itself, and the run goes on. A tool may ask for the tool step's
+scope view, its context or any `env` value by name (`@tool(inject=("scope",))`):
+what it reads through the scope is recorded, so backtracking shows it.
+
+Put your own stages before and after (`pipeline=Pipeline(...).then(recall())...`)
+and use your own scope: every field is a parameter, as in the other stages.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Union
+
+from tracemem import Pipeline, PipelineError, StageContext, decide
+from tracemem.models import ChatModel, Message, ToolCall, ToolChoice
+from tracemem.tools import Tool, ToolOutcome, ToolSet
+
+from .model_call import append_message, chat_model, conversation
+from .scope import AgentScope
+
+__all__ = ["tool_agent"]
+
+
+def _field(scope: type, label: str, value: Optional[str], default: Optional[str], required: bool) -> Optional[str]:
+    """A field name checked against the scope: a default-named optional field the scope lacks is skipped."""
+    if value is None or value in scope.model_fields:  # type: ignore[attr-defined]
+        return value
+    if value == default and not required:
+        return None
+    fields = ", ".join(scope.model_fields)  # type: ignore[attr-defined]
+    raise PipelineError(f"tool_agent: {label}='{value}' but the scope {scope.__name__} has no such field "
+                        f"(fields: {fields}); pass {label}=<field name>")
+
+
+def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]], *,
+               model: Union[ChatModel, str] = "model", pipeline: Optional[Pipeline[Any]] = None,
+               scope: type = AgentScope, name: str = "tool-agent", max_turns: int = 8,
+               tool_choice: ToolChoice = None, system_from: Optional[str] = "prompt",
+               prompt_id_from: Optional[str] = "prompt_id", messages_from: str = "messages",
+               question_from: Optional[str] = "question", pending_from: str = "pending_tool_calls",
+               into: str = "answer") -> Pipeline[Any]:
+    """Append think → route → tools → … → final to `pipeline` (or a new `Pipeline(name, scope)`); return it.
+
+    `tools` is a ToolSet or the tools (functions become tools); `model` a ChatModel or the `env` key
+    holding one; `max_turns` the most rounds of tool calls before the run fails."""
+    toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
+    pipe = pipeline if pipeline is not None else Pipeline(name, scope)
+    fields = pipe.scope
+    messages_from = _field(fields, "messages_from", messages_from, "messages", True)  # type: ignore[assignment]
+    pending_from = _field(fields, "pending_from", pending_from, "pending_tool_calls", True)  # type: ignore[assignment]
+    into = _field(fields, "into", into, "answer", True)  # type: ignore[assignment]
+    system_from = _field(fields, "system_from", system_from, "prompt", False)
+    prompt_id_from = _field(fields, "prompt_id_from", prompt_id_from, "prompt_id", False)
+    question_from = _field(fields, "question_from", question_from, "question", False)
+    options: dict[str, Any] = {"tools": toolset.specs}
+    if tool_choice is not None:
+        options["tool_choice"] = tool_choice
+
+    def think(scope: Any, ctx: StageContext) -> None:
+        """Ask the model, with the tools; keep its reply and the tool calls it asked for."""
+        chat = chat_model(model, ctx, "tool_agent")
+        messages, asked = conversation(scope, system_from=system_from, messages_from=messages_from,
+                                       question_from=question_from, ask=ctx.iteration == 0)
+        prompt_id = (getattr(scope, prompt_id_from) or None) if prompt_id_from else None
+        reply = ctx.complete(chat, messages, prompt_id=prompt_id, **options)
+        history = getattr(scope, messages_from)
+        if asked:
+            append_message(history, Message(role="user", content=messages[-1].content))
+        append_message(history, reply.message)
+        setattr(scope, pending_from, list(reply.tool_calls))
+
+    def route(scope: Any) -> str:
+        """Tools while the model asks for them; else the final answer."""
+        return decide(scope, [("the model asked for tools", lambda s: bool(getattr(s, pending_from)), "tools")],
+                      default="final")
+
+    def record(scope: Any, ctx: StageContext, outcome: ToolOutcome) -> None:
+        ctx.emit("tool_calls", call_id=outcome.call_id, name=outcome.name, arguments=outcome.arguments,
+                 arguments_text=outcome.arguments_text, result=outcome.content, error=outcome.error,
+                 error_kind=outcome.error_kind, truncated=outcome.truncated, original_chars=outcome.original_chars,
+                 started_at=outcome.started_at, duration_ms=outcome.duration_ms)
+        if outcome.error is not None:
+            ctx.log(f"tool {outcome.name} ({outcome.call_id}): {outcome.error_kind}: {outcome.error}")
+        append_message(getattr(scope, messages_from), outcome.message())
+
+    def injected(scope: Any, ctx: StageContext) -> dict[str, Any]:
+        return {**ctx.env, "scope": scope, "ctx": ctx}
+
+    def run_tool(scope: Any, ctx: StageContext) -> None:
+        """Run one tool call the model asked for (errors go back to the model)."""
+        record(scope, ctx, toolset.run(_call(ctx.item), **injected(scope, ctx)))
+
+    async def arun_tool(scope: Any, ctx: StageContext) -> None:
+        """Run one tool call the model asked for (errors go back to the model)."""
+        record(scope, ctx, await toolset.arun(_call(ctx.item), **injected(scope, ctx)))
+
+    def final(scope: Any) -> None:
+        """The answer: the last assistant message's text."""
+        history = getattr(scope, messages_from)
+        last = next((history[i] for i in range(len(history) - 1, -1, -1) if history[i].get("role") == "assistant"),
+                    None)
+        setattr(scope, into, (last.get("content") or "") if last is not None else "")
+
+    each = arun_tool if any(t.is_async for t in toolset) else run_tool
+    names = ", ".join(toolset.tools) or "none"
+    arm = Pipeline(f"{pipe.name}.tools", pipe.scope).map(
+        each, over=pending_from, id="tools", name="tools", tool=True, description=f"run each tool call ({names})")
+    return (pipe.then(think, id="think")
+            .branch(route, {"tools": arm, "final": final}, id="route")
+            .loop_to("think", when="tools", max_iterations=max_turns, id="max_turns"))
+
+
+def _call(item: Any) -> ToolCall:
+    return item if isinstance(item, ToolCall) else ToolCall.model_validate(item)
