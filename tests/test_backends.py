@@ -310,3 +310,23 @@ def test_pause_resume_and_fork_across_store_openings(store_factory, flush_interv
     forked = ORDERS.fork(done.run_id, "ask", edits={"item": "socks"}, store=second)
     assert forked.forked_from_run_id == done.run_id and forked.status == "paused"
     assert second.run(forked.run_id).output.item == "socks"
+
+
+def test_a_tool_agent_run_records_its_tool_calls_and_backtracks_through_them(store_factory):
+    from stages import tool_agent
+    from tracemem.models import ScriptedModel, ToolCall
+
+    def order_status(order_id: str) -> str:
+        """Where an order is."""
+        return f"order {order_id} was delivered to the Porto office"
+
+    store = store_factory()
+    model = ScriptedModel(replies=[[ToolCall(id="c1", name="order_status", arguments={"order_id": "A7"})],
+                                   "A7 is at the Porto office."], name="agent")
+    run = tool_agent([order_status], model=model).build().run({"question": "Where is A7?"}, store=store)
+    calls = store.sql("SELECT name, arguments_text, result, error FROM tool_calls WHERE run_id = ?",
+                      [run.run_id]).fetchall()
+    assert calls == [("order_status", '{"order_id": "A7"}', "order A7 was delivered to the Porto office", None)]
+    loaded = store.run(run.run_id)
+    assert loaded.output.answer == "A7 is at the Porto office."
+    assert any(a.get("kind") == "tool_call" for _, a in loaded.backtrack("answer").graph.nodes(data=True))

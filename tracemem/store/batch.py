@@ -90,6 +90,20 @@ def end_facts(run: Run) -> dict[str, Any]:
             "resume_at": _json(run.resume_at), "span_id": run.span_id}
 
 
+# What a run's end sets on its runs row, written earlier (durability "stage", a resumed run): one statement
+# text every backend runs (a resumed run keeps its earlier trace id unless it has a new one).
+FINISH_SQL = ("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, query = ?, "
+              "trace_id = coalesce(?, trace_id), degraded = ?, pending = ?, resume_at = ?, "
+              "span_id = coalesce(?, span_id), duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?")
+
+
+def finish_params(run_id: str, end: dict[str, Any]) -> list[Any]:
+    """`FINISH_SQL`'s parameters for a run's end facts."""
+    return [end["status"], end["error"], end["ended_at"], end["output"], end["query"], end["trace_id"],
+            end.get("degraded"), end.get("pending"), end.get("resume_at"), end.get("span_id"), end["ended_at"],
+            run_id]
+
+
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
     cols = GIVEN[table]
     unknown = set(row) - {c for c, _ in COLUMNS[table]}
@@ -214,14 +228,8 @@ class Batch:
                     con.execute(f"INSERT INTO {table} ({', '.join(arrays)}) SELECT * FROM _tracemem_batch")
                 finally:
                     con.unregister("_tracemem_batch")
-            for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
-                con.execute("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, "
-                            "query = ?, trace_id = coalesce(?, trace_id), degraded = ?, pending = ?, resume_at = ?, "
-                            "span_id = coalesce(?, span_id), duration_ms = (? - epoch_ns(started_at)) / 1e6 "
-                            "WHERE run_id = ?",
-                            [end["status"], end["error"], end["ended_at"], end["output"], end["query"],
-                             end["trace_id"], end.get("degraded"), end.get("pending"), end.get("resume_at"),
-                             end.get("span_id"), end["ended_at"], run_id])
+            for run_id, end in self.finished:
+                con.execute(FINISH_SQL, finish_params(run_id, end))
             if self.journaled:
                 con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
                             [self.journaled])

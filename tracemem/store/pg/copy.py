@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import math
-from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Optional, Sequence
 
@@ -22,19 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from ..batch import GIVEN, Batch, table_arrays
+from ..batch import FINISH_SQL, GIVEN, Batch, finish_params, table_arrays
 from .connection import PgConnection, PgError, first_line, quote_ident
 
-__all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK", "from_ns"]
+__all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK"]
 
 FEED_LOCK = 0x7473  # advisory-lock class: rows of a followed table (run_embeddings) get their seq in commit order
 _OPTIONS = pcsv.WriteOptions(include_header=False)
-_EPOCH = datetime(1970, 1, 1)
-
-
-def from_ns(ns: Optional[int]) -> Optional[datetime]:
-    """Epoch nanoseconds as a naive UTC datetime (microseconds, as PostgreSQL keeps them)."""
-    return None if ns is None else _EPOCH + timedelta(microseconds=ns // 1000)
 
 
 def _quote(text: str) -> str:
@@ -124,14 +117,8 @@ def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
             if table == "runs" and "lease" not in arrays:
                 arrays["lease"] = pa.array([lease] * len(columns[0]), pa.string())
             copy_table(con, table, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
-        if batch.finished:  # as batch.py's (a resumed run keeps its earlier trace id unless it has a new one)
-            con.executemany("UPDATE runs SET status = ?, error = ?, ended_at = ?, output = ?, query = ?, "
-                            "trace_id = coalesce(?, trace_id), degraded = ?, pending = ?, resume_at = ?, "
-                            "span_id = coalesce(?, span_id), duration_ms = (?::bigint - epoch_ns(started_at)) / 1e6 "
-                            "WHERE run_id = ?",
-                            [(e["status"], e["error"], from_ns(e["ended_at"]), e["output"], e["query"],
-                              e["trace_id"], e.get("degraded"), e.get("pending"), e.get("resume_at"),
-                              e.get("span_id"), e["ended_at"], run_id) for run_id, e in batch.finished])
+        if batch.finished:  # the runs rows these runs' ends complete (the DuckDB writer's statement)
+            con.executemany(FINISH_SQL, [finish_params(run_id, end) for run_id, end in batch.finished])
         if batch.journaled:
             con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [batch.journaled])
         for run_id, steps in batch.journaled_steps:

@@ -159,7 +159,19 @@ V6: list[str] = [
     "CREATE INDEX human_inputs_run ON human_inputs (run_id)",
 ]
 
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6}
+V7: list[str] = ["ALTER TABLE runs ADD COLUMN counterfactual json"]
+
+V9: list[str] = [
+    "ALTER TABLE model_calls ADD COLUMN tool_calls json",
+    """CREATE TABLE tool_calls (
+        run_id text, step integer, call_id text, name text, arguments json, arguments_text text,
+        result text, error text, error_kind text, truncated boolean, original_chars integer,
+        started_at timestamp, duration_ms double precision)""",
+    "CREATE INDEX tool_calls_run ON tool_calls (run_id)",
+]
+
+# 8 is another branch's version, as in store/tables.py
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: [], 9: V9}
 
 
 def memory_ddl(vector: str) -> list[str]:
