@@ -216,8 +216,9 @@ def test_cross_run_backtrack_reaches_the_memory_and_the_turn_it_came_from(store_
     window = [s for s in memories if "365 days" in (s.get("text") or "")]
     assert window and window[0]["source_run_id"] == runs[1].run_id and window[0]["source_ref"] == "t2"
     # through the memory's provenance into the step of the turn it was extracted in
-    assert any(a.get("extracted") == window[0]["memory_id"] and a.get("run_id") == runs[1].run_id
-               for _, a in trace.graph.nodes(data=True))
+    node = f"m:{window[0]['memory_id']}"
+    origin = [v for v in trace.graph.successors(node) if trace.graph.edges[node, v].get("kind") == "provenance"]
+    assert [trace.graph.nodes[v]["run_id"] for v in origin] == [runs[1].run_id]
     assert store.affected(window[0]["memory_id"]).runs.keys() >= {wrong.run_id}
     store.feedback(wrong.run_id, "wrong", note="policy is 30 days")
     assert "marked wrong" in store.suspect([wrong.run_id])[wrong.run_id]

@@ -102,8 +102,10 @@ def fleet(url: str, workers: int, runs: int, subjects: int) -> None:
         run_id, memory_id, source_run = used[0]
         trace = observer.backtrack(run_id, "answer")
         assert f"m:{memory_id}" in trace.graph
-        assert any(a.get("extracted") == memory_id and a.get("run_id") == source_run and a.get("source_ref")
-                   for _, a in trace.graph.nodes(data=True))
+        origin = [v for v in trace.graph.successors(f"m:{memory_id}")
+                  if trace.graph.edges[f"m:{memory_id}", v].get("kind") == "provenance"]
+        assert [trace.graph.nodes[v]["run_id"] for v in origin] == [source_run]  # the run it was extracted in
+        assert trace.graph.nodes[origin[0]].get("source_ref")  # and the turn
 
         # a memory flagged in one worker is never injected by any worker afterwards
         assert flagged and flagged[0][0] != "none", "worker 0 found no injected memory to flag"
