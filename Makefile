@@ -35,7 +35,7 @@ minilm: install
 
 # The peers measured side by side (LangGraph, Burr).
 bench-install: install
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet -e '.[bench,scale]'
 
 bench: bench-install minilm
 	$(PY) bench/run_all.py

@@ -73,7 +73,8 @@ def stage_costs(places: dict[str, Callable[..., Store]], runs: int, reps: int) -
     print(f"## µs per stage, 10-stage pipeline, durability 'run' ({reps} reps of {runs} runs, interleaved; "
           f"goal ≤ 50)")
     for label, values in results.items():
-        print(f"{label:<32} {statistics.median(values):>9.2f} µs/stage  (min {min(values):.2f}, max {max(values):.2f})")
+        print(f"{label:<32} {statistics.median(values):>9.2f} µs/stage  "
+              f"(min {min(values):.2f}, max {max(values):.2f})")
     for store in stores.values():
         store.close()
 
@@ -98,7 +99,8 @@ def sync_costs(places: dict[str, Callable[..., Store]], runs: int) -> None:
     flow = build_flow()
     print(f"\n## ms per 10-stage run when each run (or stage) must be durable at once ({runs} runs)")
     for kind, open_ in places.items():
-        for label, kwargs in (("flush_interval=0", {"flush_interval": 0}), ("durability=stage", {"durability": "stage"})):
+        for label, kwargs in (("flush_interval=0", {"flush_interval": 0}),
+                              ("durability=stage", {"durability": "stage"})):
             store = open_(label.split("=")[0], **kwargs)
             flow.run({}, store=store)
             start = time.perf_counter()

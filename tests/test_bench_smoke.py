@@ -62,6 +62,13 @@ def test_run_all_reads_a_snapshot_table() -> None:
     assert run_all.parse_snapshot(text) == {"sizes": {10_000: 16.01, 100_000: 12.07}}
 
 
+def test_memory_scale_smoke_prints_its_table() -> None:
+    out = run("bench/memory_scale.py", "--smoke")
+    assert "first search after open, 1,000 records" in out and "first search after open, 3,000 records" in out
+    assert "search p50 / p95, 3,000 records" in out and "RSS after 20 searches" in out
+    assert "bulk remember_many into a file, 3,000 records" in out and "rebuilt nothing" in out
+
+
 def peers_importable() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("langgraph", "burr"))
 

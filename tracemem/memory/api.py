@@ -3,12 +3,15 @@
 Every change is one transaction that writes the record and its `memory_events`
 row together, then updates the in-process index, all under the store's lock
 (the DuckDB connection is shared between threads). Reads of single records go
-to DuckDB; searches go to the index, which mirrors the live rows.
+to DuckDB; searches go to the index, which mirrors the live rows. For a store
+file the index persists beside it (`<file>.memindex/`, see cache.py): `close()`
+writes it, and the next process maps it instead of re-reading every record.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from ..ids import new_id as _new_id
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -16,13 +19,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import duckdb
 import numpy as np
 
-from . import binding, shared, sql
+from . import binding, fingerprint, persist, shared, sql
+from .cache import IndexCache
 from .embedders import Embedder, HashingEmbedder
-from .errors import EmbedderMismatchError, MemoryInputError, MemoryNotFoundError
-from .index import VectorIndex
+from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
+from .index import Shard, VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
                       check_subject, check_window, to_utc_naive)
-from .search import Exclusion, ScoredRecord, SearchResult, rank_shard
+from .search import Exclusion, SearchResult, rank_shard, scored_records
 from .tables import MEMORY_COLUMNS
 
 __all__ = ["Memory", "DEFAULT_FLOOR"]
@@ -48,7 +52,8 @@ class Memory:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock | None = None, *,
                  embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
-                 clock: Callable[[], datetime] | None = None, read_only: bool = False, sql_ops: Any = None) -> None:
+                 clock: Callable[[], datetime] | None = None, read_only: bool = False,
+                 index_dir: str | Path | None = "auto", sql_ops: Any = None) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
@@ -56,13 +61,14 @@ class Memory:
         self.embedder: Embedder | None = HashingEmbedder() if embedder is _DEFAULT else embedder
         self.floor = float(floor)
         self._clock = clock or _utcnow
-        self._index: VectorIndex | None = None
-        self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's own (PostgreSQL: store/pg/memory_sql.py)
-        self._seen = 0  # SHARED stores: the last memory_events row this process applied (memory/shared.py)
+        self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's (PostgreSQL: store/pg/memory_sql.py)
         with self.lock:
             if not read_only:  # DuckDB refuses even CREATE ... IF NOT EXISTS on a read-only file
                 self.sql.ensure_tables(con)  # no-ops when the store already created them
             binding.check_store_embedder(con, self.embedder)
+            self._seen = self.sql.last_event(con) if self.sql.SHARED else 0  # memory_events applied (shared.py)
+            folder = persist.index_dir(con) if index_dir == "auto" else None if index_dir is None else Path(index_dir)
+        self._cache = IndexCache(con, folder=folder, writable=not read_only, ops=self.sql)
 
     def reembed(self, embedder: Embedder) -> int:
         """Switch the store to another embedder: every vector is recomputed, the index rebuilt."""
@@ -76,43 +82,43 @@ class Memory:
 
     # -- index ---------------------------------------------------------------------
     def rebuild_index(self) -> int:
-        """Reload the in-process index from DuckDB (embedding any record stored without a vector)."""
+        """Rebuild the in-process index (and its files) from DuckDB, embedding any record stored without a vector."""
         with self.lock:
-            if self.sql.SHARED:
-                self._seen = self.sql.last_event(self.con)  # changes from here on are caught up later
-            recs, vecs = self.sql.load_live(self.con)
-            dim = self.embedder.dim if self.embedder else None
-            matrix = None
-            if dim is not None:
-                matrix = np.zeros((len(recs), dim), dtype=np.float32)
-                missing = []
-                for i, v in enumerate(vecs):
-                    if v is None:
-                        missing.append(i)
-                    elif len(v) != dim:
-                        raise EmbedderMismatchError(f"memory {recs[i][0]} has a vector of dim {len(v)}, expected {dim}")
-                    else:
-                        matrix[i] = v
-                if missing:
-                    new = binding.embed(self.embedder, [recs[i][2] for i in missing])
-                    assert new is not None
-                    matrix[missing] = new
-                    with self.sql.transaction(self.con):
-                        self.sql.write_embeddings(self.con, [recs[i][0] for i in missing], new, self.embedder.embedder_id)
-                        binding.bind(self.con, self.embedder)
-                    idx = MEMORY_COLUMNS.index("embedder_id")
-                    for i in missing:
-                        recs[i] = recs[i][:idx] + (self.embedder.embedder_id,) + recs[i][idx + 1:]
-            index = VectorIndex(dim)
-            index.add_many(recs, matrix)
-            self._index = index
-            return len(recs)
+            self._seen = self.sql.last_event(self.con) if self.sql.SHARED else 0
+            return self._cache.rebuild(self.embedder)
+
+    def save_index(self) -> list[str]:
+        """Write the index files of subjects changed since the last save; returns those subjects.
+
+        The index files sit beside the DuckDB file (`<file>.memindex/`) so the next
+        process maps them instead of re-reading every record. In-memory and read-only
+        stores have none. `close()` saves too.
+        """
+        with self.lock:
+            return self._cache.save()
+
+    def close(self) -> None:
+        """Save the index files (the DuckDB connection belongs to the caller and stays open)."""
+        self.save_index()
 
     def _loaded(self) -> VectorIndex:
-        if self._index is None:
-            self.rebuild_index()
-        assert self._index is not None
-        return self._index
+        return self._cache.get(self.embedder)
+
+    def shard(self, subject: str) -> Shard | None:
+        """The index shard of one subject (its file mapped on first use); None if it has no record."""
+        with self.lock:
+            return self._loaded().shard(subject)
+
+    @property
+    def rebuilt_subjects(self) -> list[str]:
+        """Subjects whose index file was missing, broken or stale, and was rebuilt from DuckDB."""
+        return list(self._cache.rebuilt)
+
+    def index_is_current(self) -> bool:
+        """Whether the index mirrors the memories table, by fingerprint (a full scan: for checks, not hot paths)."""
+        with self.lock:
+            self._loaded()
+            return self._cache.fp == fingerprint.by_subject(self.con)
 
     # -- writes ----------------------------------------------------------------------
     def remember(self, subject: str, text: str, *, tags: Sequence[str] = (), confidence: float = 60,
@@ -141,6 +147,7 @@ class Memory:
                   given: np.ndarray | None) -> list[MemoryRecord]:
         now = to_utc_naive(self._clock(), "clock()")
         recs: list[MemoryRecord] = []
+        eid = self.embedder.embedder_id if self.embedder else None
         allowed = {"text", "tags", "confidence", "valid_from", "valid_until", "source_run_id", "source_step",
                    "source_ref", "review_state"}
         for subject, item in pairs:
@@ -152,19 +159,19 @@ class Memory:
             item["tags"] = as_tags(item.get("tags"))
             fields = check_fields(item)
             check_window(fields.get("valid_from"), fields.get("valid_until"))
-            recs.append(MemoryRecord(memory_id=f"m_{_new_id()}", subject=check_subject(subject),
-                                     embedder_id=self.embedder.embedder_id if self.embedder else None,
+            recs.append(MemoryRecord(memory_id=f"m_{_new_id()}", subject=check_subject(subject), embedder_id=eid,
                                      created_at=now, updated_at=now, **fields))
         vecs = given if given is not None else binding.embed(self.embedder, [r.text for r in recs])
         rows = [_row(r) for r in recs]
         with self.lock:
             index = self._loaded()
-            with self.sql.transaction(self.con):
-                self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
+            with self.sql.bulk_wal(self.con, len(rows)), self.sql.transaction(self.con):
+                added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
                 self.sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
                                              for r in recs])
                 if vecs is not None:
                     binding.bind(self.con, self.embedder)
+            self._cache.note(added)
             index.add_many(rows, vecs)
         return recs
 
@@ -194,9 +201,12 @@ class Memory:
             index = self._loaded()
             oldv, newv = old.audit_view(), new.audit_view()
             with self.sql.transaction(self.con):
+                before = fingerprint.of_ids(self.con, [memory_id])
                 self.sql.update_record(self.con, memory_id, db_fields)
+                after = fingerprint.of_ids(self.con, [memory_id])
                 self.sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
                                               {k: newv[k] for k in changed}, run_id, now, reason), *extra_events])
+            self._cache.note([(s, fp, -1) for s, fp in before.items()], [(s, fp, +1) for s, fp in after.items()])
             if new.forgotten:
                 index.retire(new.subject, memory_id)
             elif "text" in changed:
@@ -257,11 +267,13 @@ class Memory:
             now = to_utc_naive(self._clock(), "clock()")
             index = self._loaded()
             with self.sql.transaction(self.con):
+                gone = fingerprint.of_ids(self.con, [memory_id])
                 self.con.execute("DELETE FROM memories WHERE memory_id = ?", [memory_id])
                 self.con.execute("UPDATE memory_events SET old = CASE WHEN old IS NULL THEN NULL ELSE '{\"purged\": true}' END, "
                                  "new = CASE WHEN new IS NULL THEN NULL ELSE '{\"purged\": true}' END "
                                  "WHERE memory_id = ? AND event NOT IN ('supersedes')", [memory_id])
                 self.sql.insert_events(self.con, [(memory_id, "purge", None, None, run_id, now, reason)])
+            self._cache.note([(s, fp, -1) for s, fp in gone.items()])
             index.retire(old.subject, memory_id)
 
     # -- reads ---------------------------------------------------------------------------
@@ -324,6 +336,9 @@ class Memory:
                 "SELECT DISTINCT subject FROM memories WHERE deleted_at IS NULL ORDER BY subject").fetchall()]
 
     # -- search ----------------------------------------------------------------------------
+    def _fetch(self, ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        return self.sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
+
     def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
                limit: int | None = 10, now: datetime | None = None) -> SearchResult:
         """Ranked search within one subject; `recall=True` applies the prompt-injection contract."""
@@ -333,29 +348,17 @@ class Memory:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise MemoryInputError(f"limit must be a positive int or None, got {limit!r}")
         at = to_utc_naive(now, "now") if now is not None else to_utc_naive(self._clock(), "clock()")
-        with self.lock:
-            if not self.sql.SHARED:
-                return self._ranked(subject, query, semantic, recall, limit, at)
-            for _ in range(2):  # other processes write too: catch up, rank, confirm in SQL (memory/shared.py)
-                self._seen = shared.catch_up(self._loaded(), self.sql, self.con, self._seen)
-                result = self._ranked(subject, query, semantic, recall, limit, at)
-                gone = shared.stale(self.sql, self.con, [r.memory_id for r in result.records], at,
-                                    self.floor) if recall else {}
-                if not gone:
-                    return result
-            return shared.without(result, gone)
-
-    def _ranked(self, subject: str, query: str, semantic: bool, recall: bool, limit: int | None,
-                at: datetime) -> SearchResult:
         emb = self.embedder
         reason: str | None = None
         with self.lock:
+            if self.sql.SHARED:  # apply what other processes changed since the last search (memory/shared.py)
+                self._seen = shared.catch_up(self._loaded(), self.sql, self.con, self._seen)
             shard = self._loaded().shard(subject)
             qvec = None
             if semantic:
                 if emb is None:
                     reason = "no embedder configured"
-                elif shard is not None and shard.row_of and shard.indexed_count() == 0:
+                elif shard is not None and shard.live_count() and shard.indexed_count() == 0:
                     reason = f"no record of subject {subject!r} is indexed (stored without embeddings)"
                 else:
                     try:
@@ -368,22 +371,29 @@ class Memory:
                                   caveat=getattr(emb, "caveat", None) if mode == "semantic" else None,
                                   embedder_id=emb.embedder_id if emb is not None and mode == "semantic" else None,
                                   recall_filtered=recall, recall_floor=self.floor if recall else None)
-            if shard is None or not shard.row_of:
+            if shard is None or not shard.live_count():
                 return result
-            ranking = rank_shard(shard, query, query_vec=qvec if mode == "semantic" else None,
-                                 lexical_weight=float(getattr(emb, "lexical_weight", 0.5)),
-                                 min_similarity=float(getattr(emb, "min_similarity", 0.0)),
-                                 recall=recall, floor=self.floor, now=at, limit=limit)
-            records = []
-            for row in ranking.rows:
-                r = int(row)
-                data = dict(zip(MEMORY_COLUMNS, shard.rows[r]))  # type: ignore[arg-type]
-                sim = None if ranking.similarity is None else float(ranking.similarity[r])
-                records.append(ScoredRecord(**data, score=float(ranking.score[r]),
-                                            lexical_score=float(ranking.lexical[r]), similarity=sim))
-            excluded = [Exclusion(memory_id=shard.ids[r], reason=why, detail=d)  # type: ignore[arg-type]
+            for attempt in range(2):
+                ranking = rank_shard(shard, query, query_vec=qvec if mode == "semantic" else None,
+                                     lexical_weight=float(getattr(emb, "lexical_weight", 0.5)),
+                                     min_similarity=float(getattr(emb, "min_similarity", 0.0)),
+                                     recall=recall, floor=self.floor, now=at, limit=limit)
+                records = scored_records(shard, ranking, subject, self._fetch)
+                if records is not None:
+                    break
+                if attempt:
+                    raise MemoryStoreError(f"the memory index of subject {subject!r} disagrees with the memories "
+                                           f"table even after a rebuild; is another connection writing to it?")
+                self._cache.rebuild(self.embedder, [subject])  # the table changed behind the index: DuckDB wins
+                shard = self._loaded().shard(subject)
+                if shard is None or not shard.n:
+                    return result
+            assert records is not None
+            scan = shard.vecs.mode() if shard.vecs is not None and mode == "semantic" else None
+            scan_recall = shard.vecs.int8_recall if scan == "int8" and shard.vecs is not None else None
+            excluded = [Exclusion(memory_id=shard.id_at(r), reason=why, detail=d)  # type: ignore[arg-type]
                         for r, why, d in ranking.exclusions]
         return result.model_copy(update=dict(
-            records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
+            scan=scan, scan_recall=scan_recall, records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
             excluded_flagged=ranking.counts["flagged"], excluded_below_floor=ranking.counts["below_floor"],
             excluded_out_of_window=ranking.counts["out_of_window"]))

@@ -9,6 +9,7 @@ models).
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections import Counter
 from typing import Protocol, Sequence, runtime_checkable
@@ -16,7 +17,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .errors import EmbedderMismatchError, MemoryInputError
-from .text import terms
+from .text import term_tuple
 
 __all__ = ["Embedder", "HashingEmbedder", "HASHING_CAVEAT", "check_vectors"]
 
@@ -68,35 +69,119 @@ class HashingEmbedder:
         self._char_weight = char_weight
         # Every parameter changes the vector space, so every parameter is in the id.
         self.embedder_id = f"hashing-v1:d{self.dim}:c{self._lo}-{self._hi}:cw{char_weight:g}:bw{bigram_weight:g}"
+        # caches of `embed` (per instance, bounded): term -> (feature ids, amounts); feature -> column, sign
+        self._lock = threading.Lock()
+        self._terms: dict[str, int] = {}  # term -> term id
+        self._term_off: list[int] = []  # term id -> first entry in _feat_ids/_feat_amt
+        self._term_len: list[int] = []  # term id -> number of entries
+        self._feat_ids: list[int] = []
+        self._feat_amt: list[float] = []
+        self._fid: dict[str, int] = {}  # feature -> feature id
+        self._cols: list[int] = []  # feature id -> column
+        self._signs: list[float] = []  # feature id -> sign
+        self._n_feat_entries = 0
+        self._arrays: list[np.ndarray] = []  # the tables above as arrays (see _tables)
+        self._cache_limit = 200_000
 
-    def _features(self, text: str) -> Counter[str]:
-        toks = terms(text)
+    def features(self, text: str) -> Counter[str]:
+        """The weighted features of one text (the reference definition; `embed` computes the same in bulk)."""
+        toks = term_tuple(text)
         feats: Counter[str] = Counter()
         for t in toks:
-            feats["w:" + t] += 1.0
-            marked = f"<{t}>"
-            grams = [marked[i : i + n] for n in range(self._lo, self._hi + 1)
-                     for i in range(len(marked) - n + 1)]
-            if grams:
-                share = self._char_weight / len(grams) ** 0.5
-                for g in grams:
-                    feats["c:" + g] += share
+            for feat, amount in self._term_features(t):
+                feats[feat] += amount
         if self._bigram_weight > 0:
             for a, b in zip(toks, toks[1:]):
                 feats[f"b:{a} {b}"] += self._bigram_weight
         return feats
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always."""
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for feat, count in self._features(text).items():
-                h = zlib.crc32(feat.encode("utf-8"))
-                sign = 1.0 if (h >> 31) & 1 else -1.0
-                out[row, h % self.dim] += sign * np.log1p(count)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        np.divide(out, norms, out=out, where=norms > 0)
+    def _term_features(self, term: str) -> list[tuple[str, float]]:
+        """One occurrence of a term: its word feature, then each character n-gram with its share."""
+        out = [("w:" + term, 1.0)]
+        marked = f"<{term}>"
+        grams = [marked[i : i + n] for n in range(self._lo, self._hi + 1) for i in range(len(marked) - n + 1)]
+        if grams:
+            share = self._char_weight / len(grams) ** 0.5
+            out += [("c:" + g, share) for g in grams]
         return out
+
+    def _feature_id(self, feat: str) -> int:
+        fid = self._fid.get(feat)
+        if fid is None:
+            h = zlib.crc32(feat.encode("utf-8"))
+            fid = self._fid[feat] = len(self._fid)
+            self._cols.append(h % self.dim)
+            self._signs.append(1.0 if (h >> 31) & 1 else -1.0)
+        return fid
+
+    def _term_id(self, term: str) -> int:
+        """Register a term's features in the flat tables (feature ids and amounts, by term id)."""
+        feats = self._term_features(term)
+        tid = self._terms[term] = len(self._terms)
+        self._term_off.append(self._n_feat_entries)
+        self._n_feat_entries += len(feats)
+        self._term_len.append(len(feats))
+        self._feat_ids.extend(self._feature_id(f) for f, _ in feats)
+        self._feat_amt.extend(a for _, a in feats)
+        return tid
+
+    def _tables(self) -> tuple[np.ndarray, ...]:
+        """The flat tables as arrays: the lists hold only entries added since the last call."""
+        names = ("_term_off", "_term_len", "_feat_ids", "_feat_amt", "_cols", "_signs")
+        kinds = (np.int64, np.int64, np.int64, np.float64, np.int64, np.float64)
+        if len(self._arrays) != len(names) or any(len(getattr(self, n)) for n in names):
+            old = self._arrays or [np.zeros(0, k) for k in kinds]
+            self._arrays = [np.concatenate([a, np.asarray(getattr(self, n), k)]) for a, n, k in zip(old, names, kinds)]
+            for n in names:
+                getattr(self, n).clear()
+        return tuple(self._arrays)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always.
+
+        Bulk form of `features`: each term's features are hashed once and kept in flat
+        tables; a batch gathers them with numpy, sums the counts per (text, feature),
+        damps them with log1p and scatters them into the rows.
+        """
+        n = len(texts)
+        with self._lock:
+            if len(self._terms) > self._cache_limit:  # bound the memory of a long-lived embedder
+                for table in (self._terms, self._fid, self._cols, self._signs, self._term_off, self._term_len,
+                              self._feat_ids, self._feat_amt, self._arrays):
+                    table.clear()
+                self._n_feat_entries = 0
+            known, register = self._terms, self._term_id
+            docs = [term_tuple(t) for t in texts]
+            ids = [known[t] if t in known else register(t) for d in docs for t in d]
+            n_tok = np.fromiter((len(d) for d in docs), np.int64, n)
+            extra_rows: list[int] = []
+            extra_fids: list[int] = []
+            if self._bigram_weight > 0:
+                for row, toks in enumerate(docs):
+                    for a, b in zip(toks, toks[1:]):
+                        extra_rows.append(row)
+                        extra_fids.append(self._feature_id(f"b:{a} {b}"))
+            off, size, feat_ids, feat_amt, cols, signs = self._tables()
+        tok = np.asarray(ids, dtype=np.int64)
+        per_tok = size[tok]
+        total = int(per_tok.sum())
+        out = np.zeros(n * self.dim, dtype=np.float64)
+        if total or extra_fids:
+            first = np.repeat(off[tok] - (np.cumsum(per_tok) - per_tok), per_tok)
+            gather = first + np.arange(total, dtype=np.int64)
+            tok_row = np.repeat(np.arange(n, dtype=np.int64), n_tok)
+            rows = np.concatenate([np.repeat(tok_row, per_tok), np.asarray(extra_rows, np.int64)])
+            fid = np.concatenate([feat_ids[gather], np.asarray(extra_fids, np.int64)])
+            amount = np.concatenate([feat_amt[gather], np.full(len(extra_fids), float(self._bigram_weight))])
+            keys, inverse = np.unique(rows * len(cols) + fid, return_inverse=True)
+            counts = np.bincount(inverse, weights=amount)  # one count per (text, feature), as in features
+            feat = keys % len(cols)
+            out = np.bincount((keys // len(cols)) * self.dim + cols[feat], weights=signs[feat] * np.log1p(counts),
+                              minlength=n * self.dim)
+        out32 = out.reshape(n, self.dim).astype(np.float32)
+        norms = np.linalg.norm(out32, axis=1, keepdims=True)
+        np.divide(out32, norms, out=out32, where=norms > 0)
+        return out32
 
 
 def check_vectors(vectors: np.ndarray, *, dim: int, n: int | None = None, what: str = "embedding") -> np.ndarray:

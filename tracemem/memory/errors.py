@@ -17,7 +17,7 @@ __all__ = [
 
 
 class MemoryStoreError(TracememError):
-    """Base class of every error raised by tracemem.memory."""
+    """Base class of every error raised by tracemem.memory (a TracememError like every other)."""
 
 
 class MemoryInputError(MemoryStoreError, ValueError):

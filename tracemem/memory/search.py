@@ -19,25 +19,24 @@ the limit cuts nothing, `len(records) + excluded == total_before_filter`.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .index import Shard, to_micros
-from .records import MemoryRecord
+from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
+from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
+from .vectors import RERANK
 
-__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
+__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
 
 PRF_DOCS = 5
 PRF_TERMS = 10
 PRF_WEIGHT = 0.3
-_TEXT = MEMORY_COLUMNS.index("text")
 
 
 class ScoredRecord(MemoryRecord):
@@ -78,6 +77,8 @@ class SearchResult(BaseModel):
     total_before_filter: int = 0
     cut_by_limit: int = 0
     excluded: list[Exclusion] = []
+    scan: Literal["float32", "int8"] | None = None  # how vectors were scanned (None: no vector search ran)
+    scan_recall: float | None = None  # int8 only: top-10 recall vs float32, measured when the index was saved
 
     @property
     def excluded_total(self) -> int:
@@ -116,6 +117,10 @@ class SearchResult(BaseModel):
         if self.recall_filtered:
             lines.append(f"recall filter (floor {self.recall_floor:g}): excluded {self.excluded_flagged} flagged, "
                          f"{self.excluded_below_floor} below floor, {self.excluded_out_of_window} out of window")
+        if self.scan == "int8":
+            measured = (f"top-10 recall {self.scan_recall:.3f} against a float32 scan, measured when the index "
+                        f"was saved" if self.scan_recall is not None else "recall against float32 not measured yet")
+            lines.append(f"approximate vector scan (int8, best candidates re-scored in float32): {measured}")
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return "\n".join(lines)
@@ -135,22 +140,53 @@ class Ranking:
     counts: dict[str, int] = field(default_factory=lambda: {"flagged": 0, "below_floor": 0, "out_of_window": 0})
 
 
-def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_terms: list[str]) -> dict[str, float]:
-    """Pseudo-relevance feedback: idf-weighted terms of the best rows, weights in (0, PRF_WEIGHT]."""
-    seen = set(query_terms)
-    counts: Counter[str] = Counter()
+def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -> dict[int, float]:
+    """Pseudo-relevance feedback: idf-weighted terms of the best rows, weights in (0, PRF_WEIGHT].
+
+    A row's terms come from the forward index; ties go to the term that sorts first.
+    """
+    seen = set(query_tids)
+    counts: dict[int, float] = {}
+    lex = shard.lex
     for row in top_rows:
-        rec = shard.rows[int(row)]
-        if rec is None:
-            continue
-        for t in set(terms(rec[_TEXT])):
+        for t in lex.terms_of(int(row))[0].tolist():
             if t not in seen:
-                counts[t] += shard.lex.idf(t)
-    best = counts.most_common(PRF_TERMS)
+                counts[t] = counts.get(t, 0.0) + lex.idf(t)
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], lex.vocab[kv[0]]))[:PRF_TERMS]
     if not best:
         return {}
     top = best[0][1]
     return {t: PRF_WEIGHT * c / top for t, c in best}
+
+
+class _Sims:
+    """Candidate similarities; int8 estimates are replaced by float32 values for the best candidates."""
+
+    def __init__(self, shard: Shard, query: np.ndarray, rows: np.ndarray, sim: np.ndarray, approximate: bool) -> None:
+        self.shard, self.query, self.rows = shard, query, rows
+        self.sim = sim[rows]
+        self.estimated = np.full(len(rows), approximate)
+
+    def rerank(self, score: np.ndarray, eligible: np.ndarray, k: int | None) -> None:
+        """Re-score in float32 the best `k + RERANK` eligible candidates by `score` (all when k is None)."""
+        el = np.flatnonzero(eligible & self.estimated)
+        if not len(el):
+            return
+        pool = k + RERANK if k is not None else len(el)
+        if len(el) > pool:
+            el = el[np.argpartition(-score[el], pool - 1)[:pool]]
+        assert self.shard.vecs is not None
+        self.sim[el] = self.shard.vecs.exact(self.rows[el], self.query)
+        self.estimated[el] = False
+
+
+def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Cosine of every row (0 without a vector), and whether the values are int8 estimates."""
+    assert shard.vecs is not None
+    sim, approximate = shard.vecs.scan(query_vec)
+    if shard.indexed_count() < shard.n:  # rows stored without a vector (or dead ones): cosine 0
+        sim = np.where(shard.has_vec[: shard.n], sim, np.float32(0.0))
+    return sim, approximate
 
 
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
@@ -158,53 +194,65 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     """Score the shard's live rows, apply the recall filter to candidates, cut to `limit`."""
     n = shard.n
     alive = shard.alive[:n]
-    qterms = terms(query)
-    lex = shard.lex.score(qterms, n)
-    lex[~alive] = 0.0
+    qtids = shard.lex.lookup(terms(query))
+    lex = shard.lex.score(qtids, n)
+    if shard.n_dead:
+        lex[~alive] = 0.0
     sim: np.ndarray | None = None
+    approximate = False
     if query_vec is not None:
-        sim = shard.similarities(query_vec)
-        sim = np.where(shard.has_vec[:n], sim, 0.0)
-        cand = alive & ((lex > 0) | (shard.has_vec[:n] & (sim >= min_similarity)))
+        sim, approximate = _similarities(shard, query_vec)
+        cand = (lex > 0) | (sim >= min_similarity)  # a row without a vector has sim 0 and is no match by it
+        if min_similarity <= 0:
+            cand &= shard.has_vec[:n] | (lex > 0)
+        if shard.n_dead:
+            cand &= alive
     else:
-        cand = alive & (lex > 0)
+        cand = lex > 0  # dead rows scored 0 above
 
     cand_rows = np.flatnonzero(cand)
-    sim_c = None if sim is None else sim[cand_rows]
+    sims = None if sim is None or query_vec is None else _Sims(shard, query_vec, cand_rows, sim, approximate)
 
     def fuse(lexical_c: np.ndarray) -> np.ndarray:
         """Fused score of the candidates only (scoring non-candidates would be wasted work)."""
-        if sim_c is None:
+        if sims is None:
             return lexical_c
         best = lexical_c.max() if len(lexical_c) else 0.0
         norm = lexical_c / best if best > 0 else lexical_c
-        return lexical_weight * norm + (1.0 - lexical_weight) * sim_c
+        return lexical_weight * norm + (1.0 - lexical_weight) * sims.sim
 
+    everyone = np.ones(len(cand_rows), dtype=bool)
     lex_c = lex[cand_rows]
-    score_c = fuse(lex_c)
     if len(cand_rows) > PRF_DOCS:
+        if sims is not None:
+            sims.rerank(fuse(lex_c), everyone, PRF_DOCS)
+        score_c = fuse(lex_c)
         top = cand_rows[np.argpartition(-score_c, PRF_DOCS - 1)[:PRF_DOCS]]
-        extra = _feedback_terms(shard, top, qterms)
+        extra = _feedback_terms(shard, top, qtids)
         if extra:
             lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
-            score_c = fuse(lex_c)
-    score = np.zeros(n)
-    score[cand_rows] = score_c
-    lex = np.zeros(n)
-    lex[cand_rows] = lex_c
 
-    out = Ranking(rows=cand_rows, score=score, lexical=lex, similarity=sim, total=len(cand_rows))
-    keep = cand_rows
-    if recall and len(keep):
+    eligible = everyone
+    out = Ranking(rows=cand_rows, score=np.zeros(n), lexical=np.zeros(n), similarity=sim, total=len(cand_rows))
+    if recall and len(cand_rows):
         now_us = to_micros(now, 0)
-        flagged = shard.flagged[keep]
-        low = ~flagged & (shard.conf[keep] < floor)
-        window = ~flagged & ~low & ((shard.vfrom[keep] > now_us) | (shard.vuntil[keep] <= now_us))
+        flagged = FLAGGED_CODE[shard.review[cand_rows]]
+        low = ~flagged & (shard.conf[cand_rows] < floor)
+        window = ~flagged & ~low & ((shard.vfrom[cand_rows] > now_us) | (shard.vuntil[cand_rows] <= now_us))
         for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
             out.counts[reason] = int(mask.sum())
-            for row in keep[mask]:
+            for row in cand_rows[mask]:
                 out.exclusions.append((int(row), reason, _detail(shard, int(row), reason, floor)))
-        keep = keep[~(flagged | low | window)]
+        eligible = ~(flagged | low | window)
+    if sims is not None:
+        sims.rerank(fuse(lex_c), eligible, limit)
+        assert sim is not None
+        sim[cand_rows] = sims.sim
+    score_c = fuse(lex_c)
+    out.score[cand_rows] = score_c
+    out.lexical[cand_rows] = lex_c
+    keep = cand_rows[eligible]
+    score = out.score
     if limit is not None and len(keep) > limit:
         part = np.argpartition(-score[keep], limit - 1)[:limit]
         out.cut = len(keep) - limit
@@ -216,13 +264,35 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
 
 
 def _detail(shard: Shard, row: int, reason: str, floor: float) -> str:
-    rec = shard.rows[row]
-    assert rec is not None
-    cols = dict(zip(MEMORY_COLUMNS, rec))
     if reason == "flagged":
-        return f"review_state={cols['review_state']}"
+        return f"review_state={REVIEW_STATES[int(shard.review[row])]}"
     if reason == "below_floor":
-        return f"confidence {cols['confidence']:g} < floor {floor:g}"
-    lo = cols["valid_from"].isoformat() if cols["valid_from"] else "-inf"
-    hi = cols["valid_until"].isoformat() if cols["valid_until"] else "+inf"
-    return f"outside validity window [{lo}, {hi})"
+        return f"confidence {float(shard.conf[row]):g} < floor {floor:g}"
+    lo, hi = from_micros(int(shard.vfrom[row])), from_micros(int(shard.vuntil[row]))
+    return f"outside validity window [{lo.isoformat() if lo else '-inf'}, {hi.isoformat() if hi else '+inf'})"
+
+
+def agrees(shard: Shard, row: int, rec: Sequence[Any], subject: str) -> bool:
+    """Whether a record read from DuckDB is what the index ranked and filtered (subject, liveness, filters)."""
+    data = dict(zip(MEMORY_COLUMNS, rec))
+    return (data["subject"] == subject and data["deleted_at"] is None and bool(shard.alive[row])
+            and REVIEW_CODE[data["review_state"]] == int(shard.review[row])
+            and float(data["confidence"]) == float(shard.conf[row])
+            and to_micros(data["valid_from"], MIN_US) == int(shard.vfrom[row])
+            and to_micros(data["valid_until"], MAX_US) == int(shard.vuntil[row]))
+
+
+def scored_records(shard: Shard, ranking: Ranking, subject: str,
+                   fetch: Callable[[Sequence[str]], list[tuple[Any, ...]]]) -> list[ScoredRecord] | None:
+    """The ranked rows as records read from DuckDB (`fetch` by ids); None if the table contradicts the index."""
+    ids = [shard.id_at(int(r)) for r in ranking.rows]
+    by_id = {r[0]: r for r in fetch(ids)}  # type: ignore[arg-type]
+    records = []
+    for row, mid in zip(ranking.rows.tolist(), ids):
+        rec = by_id.get(mid)
+        if rec is None or not agrees(shard, row, rec, subject):
+            return None
+        sim = None if ranking.similarity is None else float(ranking.similarity[row])
+        records.append(ScoredRecord(**dict(zip(MEMORY_COLUMNS, rec)), score=float(ranking.score[row]),
+                                    lexical_score=float(ranking.lexical[row]), similarity=sim))
+    return records

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["STOPWORDS", "normalize", "words", "terms", "stem"]
+__all__ = ["STOPWORDS", "normalize", "words", "terms", "term_tuple", "stem"]
 
 # Function words that carry no topic. Chat fillers ("yeah", "hey") are included
 # because memories are often extracted from conversation turns.
@@ -39,6 +39,8 @@ _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 def normalize(text: str) -> str:
     """Lower-case, fold accents and unify apostrophes so 'Café’s' == "cafe's"."""
+    if text.isascii():  # the common case: NFKD changes nothing, there is nothing to fold
+        return text.lower()
     text = text.replace("\u2019", "'").replace("\u2018", "'")
     text = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in text if not unicodedata.combining(ch))
@@ -78,6 +80,13 @@ def words(text: str) -> list[str]:
 
 def terms(text: str) -> list[str]:
     """Content terms: stopwords dropped, the rest stemmed. The unit of ranking."""
+    return list(term_tuple(text))
+
+
+@lru_cache(maxsize=16384)
+def term_tuple(text: str) -> tuple[str, ...]:
+    """`terms`, cached (a tuple, so nobody can change the cached value): a remembered
+    text is tokenized by the embedder and then by the lexical index, one after the other."""
     out: list[str] = []
     for w in words(text):
         if w in STOPWORDS:
@@ -85,4 +94,4 @@ def terms(text: str) -> list[str]:
         s = stem(w)
         if s and s not in STOPWORDS:
             out.append(s)
-    return out
+    return tuple(out)

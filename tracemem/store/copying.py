@@ -29,7 +29,8 @@ from .tables import RUN_TABLES
 
 __all__ = ["CopyReport", "copy_history"]
 
-_LINKS = """SELECT continues_run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND continues_run_id IS NOT NULL
+_LINKS = """SELECT continues_run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[]))
+        AND continues_run_id IS NOT NULL
     UNION SELECT parent_run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND parent_run_id IS NOT NULL
     UNION SELECT run_id FROM runs WHERE parent_run_id IN (SELECT unnest(?::VARCHAR[]))
     UNION SELECT source_run_id FROM snapshot_uses WHERE run_id IN (SELECT unnest(?::VARCHAR[]))

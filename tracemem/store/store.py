@@ -94,7 +94,11 @@ class Store:
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory
 
-        kwargs = {} if embedder == "default" else {"embedder": embedder}
+        kwargs: dict[str, Any] = {} if embedder == "default" else {"embedder": embedder}
+        if self.backend.shared:  # no index files: other processes change the table all the time
+            kwargs["index_dir"] = None
+        elif self.snapshot_of:  # a snapshot copy maps the original's index files (their fingerprints are checked)
+            kwargs["index_dir"] = self.snapshot_of + ".memindex"
         return Memory(self.backend.cursor(), self.lock, read_only=self.read_only, sql_ops=self.backend.memory_sql,
                       **kwargs)
 
@@ -132,7 +136,10 @@ class Store:
         finally:
             self.writer.stop()
             with self.lock:
-                self.backend.close()
+                try:
+                    self.memory.close()  # writes the memory index files beside the DuckDB file
+                finally:
+                    self.backend.close()
 
     # -- reading ------------------------------------------------------------------
     def _cursor(self) -> Any:

@@ -15,7 +15,7 @@ from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 8
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -104,9 +104,9 @@ V6_MIGRATION: list[str] = [
 # Version 7: a counterfactual run says what it tests (the source it leaves out, the run and value it re-asks).
 V7_MIGRATION: list[str] = ["ALTER TABLE runs ADD COLUMN counterfactual JSON"]
 
-# Version 9: tool calls (issue 13). A model call keeps the tool calls its reply asked for; each tool call a
+# Version 8: tool calls (issue 13). A model call keeps the tool calls its reply asked for; each tool call a
 # tool agent ran is a row of its own (its step is the tool step), with its outcome and timing.
-V9_MIGRATION: list[str] = [
+V8_MIGRATION: list[str] = [
     "ALTER TABLE model_calls ADD COLUMN tool_calls JSON",
     """CREATE TABLE tool_calls (
         run_id VARCHAR, step INTEGER, call_id VARCHAR, name VARCHAR, arguments JSON, arguments_text VARCHAR,
@@ -114,9 +114,8 @@ V9_MIGRATION: list[str] = [
         started_at TIMESTAMP_NS, duration_ms DOUBLE)""",
 ]
 
-# 8 is another branch's version (renumbered when merged).
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
-                                    6: V6_MIGRATION, 7: V7_MIGRATION, 8: [], 9: V9_MIGRATION}
+                                    6: V6_MIGRATION, 7: V7_MIGRATION, 8: V8_MIGRATION}
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",

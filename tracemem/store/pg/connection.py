@@ -32,7 +32,8 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from ...errors import TracememError
 
-__all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "bind", "parse_target", "quote_ident", "first_line"]
+__all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "bind", "parse_target", "quote_ident",
+           "first_line"]
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$\d+|%")
 _BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")

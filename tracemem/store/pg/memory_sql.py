@@ -8,9 +8,10 @@ on either database. Two things are new here because other processes write the sa
   `memory_events.event_id` values become visible in the order they were drawn: a process that
   has read every event up to id N will never later see a new event below N, and so "read the
   events after the last one seen" (`events_after`) misses nothing;
-- `current` and `recheck` read records' state as it is now, for the index to catch up and for
-  recall to confirm, before anything is injected, that no record it returns was flagged,
-  forgotten or purged by another process a moment ago (memory/shared.py).
+- `events_after` and `current` read what changed and the records as they are now, for the
+  index to catch up before each search (memory/shared.py); every search then reads back the
+  records it returns and checks them against the index, so no record another process flagged,
+  forgot or purged a moment ago is injected (memory/search.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ...memory import fingerprint
+from ...memory.fingerprint import Fingerprint
 from ...memory.tables import MEMORY_COLUMNS
 from .connection import PgConnection
 from .copy import copy_table
@@ -30,6 +33,7 @@ __all__ = ["PgMemorySQL", "MEMORY_LOCK"]
 
 MEMORY_LOCK = 0x7474  # advisory-lock class: memory changes, one at a time per store
 _COLS = ", ".join(MEMORY_COLUMNS)
+_UPDATED = MEMORY_COLUMNS.index("updated_at")
 _TS = pa.timestamp("us")
 _KINDS = {"tags": pa.list_(pa.string()), "confidence": pa.float64(), "source_step": pa.int32(),
           "valid_from": _TS, "valid_until": _TS, "created_at": _TS, "updated_at": _TS, "deleted_at": _TS}
@@ -49,6 +53,7 @@ class PgMemorySQL:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.send = "vector_send" if kind == "vector" else "array_send"
+        self.written: dict[str, datetime] = {}  # updated_at of each record this process last wrote
 
     # -- what memory/sql.py offers -------------------------------------------------------------
     def ensure_tables(self, con: PgConnection) -> None:
@@ -64,10 +69,16 @@ class PgMemorySQL:
             con.execute("SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", [MEMORY_LOCK])
             yield
 
+    @contextmanager
+    def bulk_wal(self, con: PgConnection, rows: int) -> Iterator[None]:
+        """Nothing to tune: PostgreSQL's WAL takes bulk inserts as they come (memory/sql.py tunes DuckDB's)."""
+        yield
+
     def insert_records(self, con: PgConnection, recs: Sequence[tuple[Any, ...]], vecs: Optional[np.ndarray],
-                       dim: Optional[int]) -> None:
+                       dim: Optional[int]) -> list[tuple[str, Fingerprint, int]]:
+        """COPY full records and their vectors; returns what they add to the fingerprints (fingerprint.py)."""
         if not recs:
-            return
+            return []
         columns: list[Sequence[Any]] = [list(c) for c in zip(*recs)]
         columns[MEMORY_COLUMNS.index("tags")] = [list(t) for t in columns[MEMORY_COLUMNS.index("tags")]]
         kinds = [_KINDS.get(c, pa.string()) for c in MEMORY_COLUMNS]
@@ -75,6 +86,8 @@ class PgMemorySQL:
             list(np.asarray(vecs, dtype=np.float32).reshape(len(recs), -1))
         copy_table(con, "memories", [*MEMORY_COLUMNS, "embedding"], kinds + [pa.list_(pa.float32())],
                    columns + [embeddings], vectors=("embedding",) if self.kind == "vector" else ())
+        self.written.update((r[0], r[_UPDATED]) for r in recs)
+        return [(s, fp, +1) for s, fp in fingerprint.of_ids(con, [r[0] for r in recs]).items()]
 
     def insert_events(self, con: PgConnection, events: Sequence[tuple[Any, ...]]) -> None:
         if not events:
@@ -97,14 +110,21 @@ class PgMemorySQL:
             sets.append(f"{col} = ?" if col != "embedding" else f"embedding = ?::real[]{self._cast()}")
             params.append(value)
         con.execute(f"UPDATE memories SET {', '.join(sets)} WHERE memory_id = ?", [*params, memory_id])
+        if "updated_at" in fields:
+            self.written[memory_id] = fields["updated_at"]
 
     def _cast(self) -> str:
         return "::vector" if self.kind == "vector" else ""
 
-    def load_live(self, con: PgConnection) -> tuple[list[tuple[Any, ...]], list[Optional[np.ndarray]]]:
-        """All records not forgotten, with their embeddings (sent as bytes and read with numpy)."""
-        rows = con.execute(f"SELECT {_COLS}, {self.send}(embedding) FROM memories WHERE deleted_at IS NULL "
-                           f"ORDER BY created_at, memory_id", binary=True).fetchall()
+    def load_live(self, con: PgConnection, subjects: Optional[Sequence[str]] = None
+                  ) -> tuple[list[tuple[Any, ...]], list[Optional[np.ndarray]]]:
+        """Records not forgotten (of the given subjects, or all), with their embeddings (sent as bytes and
+        read with numpy)."""
+        where, params = "deleted_at IS NULL", []
+        if subjects is not None:
+            where, params = where + " AND subject = ANY(?::text[])", [list(subjects)]
+        rows = con.execute(f"SELECT {_COLS}, {self.send}(embedding) FROM memories WHERE {where} "
+                           f"ORDER BY created_at, memory_id", params, binary=True).fetchall()
         return [tuple(r[:-1]) for r in rows], [self.vector(r[-1]) for r in rows]
 
     def vector(self, raw: Optional[bytes]) -> Optional[np.ndarray]:
@@ -148,10 +168,3 @@ class PgMemorySQL:
         rows = con.execute(f"SELECT {_COLS}, {self.send}(embedding) FROM memories WHERE memory_id = ANY(?::text[])",
                            [list(ids)], binary=True).fetchall()
         return {r[0]: (tuple(r[:-1]), self.vector(r[-1])) for r in rows}
-
-    def states(self, con: PgConnection, ids: Sequence[str]) -> dict[str, tuple[str, float, Optional[datetime],
-                                                                               Optional[datetime], Optional[datetime]]]:
-        """(review_state, confidence, valid_from, valid_until, deleted_at) of each of `ids` that exists."""
-        rows = con.execute("SELECT memory_id, review_state, confidence, valid_from, valid_until, deleted_at "
-                           "FROM memories WHERE memory_id = ANY(?::text[])", [list(ids)]).fetchall()
-        return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]

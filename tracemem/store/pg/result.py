@@ -1,10 +1,10 @@
 """What `store.sql()` returns on PostgreSQL: the methods people use on a DuckDB relation.
 
 A DuckDB relation is lazy; this result holds its rows (a query over a fleet database is run
-once, on the server, and its rows come back). `fetchall()`, `fetchone()`, `fetchmany()`, `limit(n)`,
-`columns`, `types`, `arrow()` (a record batch reader, as DuckDB 2 gives), `to_arrow_table()`, `df()` (also `fetchdf()`, with
-pandas installed) and `show()` behave as DuckDB's do, so code written against one store
-works against the other.
+once, on the server, and its rows come back). `fetchall()`, `fetchone()`, `fetchmany()`,
+`limit(n)`, `columns`, `types`, `arrow()` (a record batch reader, as DuckDB 2 gives),
+`to_arrow_table()`, `df()` (also `fetchdf()`, with pandas installed) and `show()` behave as
+DuckDB's do, so code written against one store works against the other.
 """
 from __future__ import annotations
 

@@ -45,6 +45,13 @@ COMPAT: list[str] = [
        PARALLEL SAFE AS $$ SELECT to_timestamp(ns / 1e9::double precision) AT TIME ZONE 'UTC' $$""",
     """CREATE OR REPLACE FUNCTION round(x double precision, digits integer) RETURNS double precision
        LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT round(x::numeric, digits)::double precision $$""",
+    # the row hash memory/fingerprint.py XORs per subject (DuckDB's hash() of these columns; any 64-bit hash
+    # will do, as fingerprints are only ever compared within one store)
+    """CREATE OR REPLACE FUNCTION hash(memory_id text, subject text, text text, confidence double precision,
+           review_state text, valid_from timestamp, valid_until timestamp, deleted_at timestamp, embedder_id text,
+           created_at timestamp, updated_at timestamp) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE
+       AS $$ SELECT hashtextextended(row(memory_id, subject, text, confidence, review_state, valid_from,
+           valid_until, deleted_at, embedder_id, created_at, updated_at)::text, 0) $$""",
     """CREATE OR REPLACE FUNCTION list_contains(l anycompatiblearray, x anycompatible) RETURNS boolean
        LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT x = ANY(l) $$""",
     """CREATE OR REPLACE FUNCTION json_keys(j json) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -161,7 +168,7 @@ V6: list[str] = [
 
 V7: list[str] = ["ALTER TABLE runs ADD COLUMN counterfactual json"]
 
-V9: list[str] = [
+V8: list[str] = [
     "ALTER TABLE model_calls ADD COLUMN tool_calls json",
     """CREATE TABLE tool_calls (
         run_id text, step integer, call_id text, name text, arguments json, arguments_text text,
@@ -170,8 +177,7 @@ V9: list[str] = [
     "CREATE INDEX tool_calls_run ON tool_calls (run_id)",
 ]
 
-# 8 is another branch's version, as in store/tables.py
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: [], 9: V9}
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8}
 
 
 def memory_ddl(vector: str) -> list[str]:
@@ -209,7 +215,8 @@ def _get_meta(con: PgConnection, key: str) -> Any:
 def _vector_type(con: PgConnection) -> Optional[str]:
     """pgvector's `vector` type, qualified by the schema it lives in, installing the extension if the
     server has it and this role may; None when it cannot be had (plain arrays instead)."""
-    find = "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    find = ("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'")
     row = con.execute(find).fetchone()
     if row is None:
         if not con.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
@@ -297,10 +304,11 @@ def _check(con: PgConnection, label: str, schema: str, read_only: bool, log: Cal
                 for ddl in PG_MIGRATIONS.get(v, ()):
                     con.execute(ddl)
                 log(f"migrated {label} to schema v{v}")
-            for ddl in COMPAT:
-                con.execute(ddl)
             set_pg_meta(con, "schema_version", str(SCHEMA_VERSION))
         except Exception as err:
             raise TracememError(f"migrating {label} from schema v{version} failed: {first_line(err)}; "
                                 f"the database is unchanged") from err
+    if not read_only:  # the DuckDB-named functions as this version defines them (CREATE OR REPLACE: cheap)
+        for ddl in COMPAT:
+            con.execute(ddl)
     return SCHEMA_VERSION
