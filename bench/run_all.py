@@ -1,6 +1,6 @@
 """Run every benchmark in bench/ and write bench/RESULTS.md: machine, versions, goals met or gap, full outputs.
 
-    python bench/run_all.py [--quick] [--only overhead,store,memory,snapshot,peers] [--out PATH] [--timeout S]
+    python bench/run_all.py [--quick] [--only overhead,store,memory,snapshot,scale,peers] [--out PATH] [--timeout S]
 
 Each script runs as a subprocess with this interpreter (its output streams to
 the terminal as it runs); the headline figures are parsed from the text the
@@ -27,7 +27,7 @@ from typing import Optional
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
-SCRIPTS = ("overhead", "store", "memory", "snapshot", "peers")
+SCRIPTS = ("overhead", "store", "memory", "snapshot", "scale", "peers")
 # for scripts without a --quick flag of their own
 QUICK_ARGS = {"overhead": [("--runs", "200"), ("--reps", "2")],
               "store": [("--runs", "200"), ("--reps", "2"), ("--turns", "50")],
@@ -195,6 +195,76 @@ def parse_snapshot(text: str) -> dict:
     return {}
 
 
+def parse_scale(text: str) -> dict:
+    """bench/scale.py: long threads and big stores (the figure, and the size it was measured at)."""
+    out: dict = {}
+    m = first(r"^## backtrack the last reply of a (\d+)-turn thread", text)
+    if m:
+        out["turns"] = int(m.group(1))
+    for key, label, unit in (("backtrack", "backtrack from the file, first call", "ms"),
+                             ("cli", "CLI backtrack RUN reply, start-up included", "s"),
+                             ("startup", "CLI start-up (tracemem --help)", "s")):
+        m = first(rf"^{re.escape(label)}\s+{NUM}\s*{unit}\b", text)
+        if m:
+            out[key] = num(m.group(1))
+    rows = re.findall(rf"^per turn at turn ([\d,]+)\s+{NUM}\s*ms", text, re.M)
+    if rows:
+        out["resume_turns"], out["resume"] = int(num(rows[-1][0])), num(rows[-1][1])
+    m = first(rf"^first turn after opening, at turn [\d,]+\s+{NUM}\s*ms", text)
+    if m:
+        out["resume_first"] = num(m.group(1))
+    m = first(rf"heap growth exponent: (nan|{NUM}) with a store, (nan|{NUM}) without", text)
+    if m:
+        out["heap_exponent"] = float("nan") if m.group(1) == "nan" else num(m.group(1))
+        out["heap_exponent_no_store"] = float("nan") if m.group(3) == "nan" else num(m.group(3))
+    heap = re.findall(rf"^\s+([\d,]+)\s+{NUM}\s+{NUM}\s*$", text, re.M)
+    if heap:
+        out["heap_turns"], out["heap_mb"] = int(num(heap[-1][0])), num(heap[-1][1])
+    for key, label, unit in (("runs", r"store\.runs\(limit=20\) at ([\d,]+) runs", "ms"),
+                             ("run", r"store\.run\(id\) at ([\d,]+) runs, random ids", "ms"),
+                             ("prune", r"prune\(keep_last=100\) of ([\d,]+) runs", "s")):
+        m = first(rf"^{label}\s+{NUM}\s*{unit}\b", text)
+        if m:
+            out[key], out[f"{key}_n"] = num(m.group(2)), int(num(m.group(1)))
+    m = first(r"^## a store of ([\d,]+) runs \(built in ([\d.]+) s", text)
+    if m:
+        out["built_runs"], out["built_s"] = int(num(m.group(1))), float(m.group(2))
+    return out
+
+
+def scale_goals(res: Result) -> list[tuple[str, str, str, str]]:
+    sc = parse_scale(res.stdout)
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(goal: str, target: str, key: str, size_key: str, full: int, limit: float, unit: str, shown: str) -> None:
+        if key not in sc:
+            rows.append((goal, target, missing(res), "—"))
+        elif sc.get(size_key, 0) < full:
+            rows.append((goal, target, f"{shown} at only {sc.get(size_key, 0):,}", "not measured (quick)"))
+        else:
+            rows.append((goal, target, shown, verdict(sc[key], limit, True, unit)))
+
+    row("backtrack, last reply of a 1,000-turn thread, from the file (scale.py)", "≤ 50 ms", "backtrack", "turns",
+        1000, 50, " ms", f"{sc.get('backtrack', 0):.1f} ms")
+    row("the same through the CLI, start-up included (scale.py)", "≤ 0.8 s", "cli", "turns", 1000, 0.8, " s",
+        f"{sc.get('cli', 0):.2f} s (start-up alone {sc.get('startup', 0):.2f} s)")
+    row("resume=<run id> per turn at turn 1,000 (scale.py)", "≤ 2 ms", "resume", "resume_turns", 1000, 2, " ms",
+        f"{sc.get('resume', 0):.2f} ms (first turn after opening {sc.get('resume_first', 0):.1f} ms)")
+    if "heap_exponent" in sc:
+        rows.append(("Python heap of a live thread (scale.py)", "linear in turns",
+                     f"exponent {sc['heap_exponent']:.2f} with a store ({sc.get('heap_mb', 0):.1f} MB at "
+                     f"{sc.get('heap_turns', 0):,} turns), {sc['heap_exponent_no_store']:.2f} without",
+                     "met" if sc["heap_exponent"] <= 1.15 else "gap"))
+    else:
+        rows.append(("Python heap of a live thread (scale.py)", "linear in turns", missing(res), "—"))
+    row("store.runs(limit=20) at 1M runs (scale.py)", "≤ 5 ms", "runs", "runs_n", 1_000_000, 5, " ms",
+        f"{sc.get('runs', 0):.2f} ms")
+    row("store.run(id) at 1M runs (scale.py)", "≤ 10 ms", "run", "run_n", 1_000_000, 10, " ms",
+        f"{sc.get('run', 0):.2f} ms")
+    row("prune of 100k runs (scale.py)", "≤ 1 s", "prune", "prune_n", 100_000, 1, " s", f"{sc.get('prune', 0):.2f} s")
+    return rows
+
+
 def parse_peers(text: str) -> dict:
     rows = []
     for m in re.finditer(rf"^(?P<label>\S.*?)\s+(?P<runs>\d+)\s+{NUM}\s+{NUM}–{NUM}\s+(\S+)\s+(\S+)\s*$", text, re.M):
@@ -334,6 +404,7 @@ def goals(results: dict[str, Result], quick: bool) -> list[tuple[str, str, str, 
                      f"only {n:,} runs measured: p50 {snap_sizes[n]:.2f} ms", "not measured (quick)"))
     else:
         rows.append(("snapshot top-1 at 100k runs (snapshot.py)", "≤ 10 ms", missing(results["snapshot"]), "—"))
+    rows += scale_goals(results["scale"])
     return rows
 
 

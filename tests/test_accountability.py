@@ -177,3 +177,16 @@ def test_the_command_line_marks_and_answers(world, tmp_path):
     assert "statistical" in text and f"memory:{bad}" in text.splitlines()[4]
     with pytest.raises(SystemExit):  # argparse refuses a verdict that is not one of the choices
         main(["mark", target, "meh", "--db", path], out=io.StringIO())
+
+
+def test_prune_keeps_the_evidence_and_every_kept_run_still_loads(world):
+    store, _, _, runs, _, _, _ = world
+    judged = {r[0] for r in store.sql("SELECT DISTINCT run_id FROM feedback").fetchall()}
+    forks = {r[0] for r in store.sql("SELECT forked_from_run_id FROM runs WHERE forked_from_run_id IS NOT NULL"
+                                     ).fetchall()}
+    report = store.prune(keep_last=5)
+    kept = {r[0] for r in store.sql("SELECT run_id FROM runs").fetchall()}
+    assert judged <= kept and forks <= kept  # feedback and fork sources are evidence
+    assert report.runs == [] or not (set(report.runs) & (judged | forks))
+    for run_id in kept:  # and everything kept still loads, threads and snapshots included
+        assert store.run(run_id).run_id == run_id

@@ -54,6 +54,20 @@ def test_run_all_parses_the_scripts_lines(overhead_out: str, store_out: str) -> 
     assert parsed["turns"] == 20
 
 
+def test_scale_prints_its_headlines_and_run_all_parses_them() -> None:
+    out = run("bench/scale.py", "--turns", "30", "--heap-turns", "20,40", "--runs", "3000", "--prune-runs", "1000",
+              "--reps", "1")
+    for line in ("backtrack from the file, first call", "CLI backtrack RUN reply, start-up included",
+                 "per turn at turn 30", "heap growth exponent", "store.runs(limit=20) at 3,000 runs",
+                 "store.run(id) at 3,000 runs", "prune(keep_last=100) of 1,000 runs"):
+        assert line in out, line
+    parsed = run_all.parse_scale(out)
+    assert set(parsed) >= {"turns", "backtrack", "cli", "resume", "heap_exponent", "runs", "run", "prune", "built_s"}
+    assert parsed["turns"] == 30 and parsed["run_n"] == 3000 and parsed["prune_n"] == 1000
+    assert all(r[3] == "not measured (quick)" for r in run_all.scale_goals(run_all.Result("scale", stdout=out))
+               if "heap" not in r[0])
+
+
 def test_run_all_reads_a_snapshot_table() -> None:
     text = ("## load_snapshot lookup: exact top-1 over stored runs; goal ≤ 10 ms at 100k\n"
             "    runs  fill s  matrix load ms  p50 ms  p95 ms\n"

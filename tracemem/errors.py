@@ -8,6 +8,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── ScopeReadError       a stage read a name the scope does not have (also an AttributeError)
     ├── PathError            text that is not a scope path, e.g. 'messages[0' (also a ValueError)
     ├── UsageError           arguments that cannot work, e.g. prune with no limit (also a ValueError)
+    ├── RunNotFoundError     no run with that id in the store (also a LookupError)
     ├── ForkConflictError    two fork branches wrote the same path
     ├── LoopLimitError       a loop exceeded its max_iterations guard
     ├── StageError           wraps what a stage raised, naming the stage and the run
@@ -59,6 +60,10 @@ class PathError(TracememError, ValueError):
 
 class UsageError(TracememError, ValueError):
     """A call was given arguments that cannot work; the message says which and what to pass."""
+
+
+class RunNotFoundError(TracememError, LookupError):
+    """No run with that id in the store (never recorded there, or pruned)."""
 
 
 class ForkConflictError(TracememError):

@@ -74,11 +74,32 @@ class ThreadRun(NamedTuple):
     run: Optional["Run"] = None  # the live Run, when at hand (else it is loaded from the store on demand)
 
 
+class ResumePoint(NamedTuple):
+    """What `resume=<run id>` continues (`Store.resume_point`): the run's id, pipeline, thread and final
+    state, without its record (`store.run(id)` loads that)."""
+
+    run_id: str
+    pipeline: str
+    thread_id: Optional[str]
+    schema: Any  # its ScopeSchema, None when the scope model is unknown
+    output: Any  # its final scope: the pydantic model (or the data, when the model is unknown)
+
+    def state_at(self) -> Any:
+        """The final scope (as `Run.state_at()` gives it)."""
+        return self.output
+
+
 class RunLoader(Protocol):
     """What readers of a run may ask of the store it was recorded in (`tracemem.store.Store`)."""
 
     def run(self, run_id: str) -> "Run": ...
 
+    def runs_by_id(self, run_ids: list[str]) -> dict[str, "Run"]: ...
+
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]: ...
 
     def suspect(self, run_ids: Iterable[str]) -> dict[str, str]: ...
+
+    def pruned_at(self, run_id: str) -> Optional[Any]: ...
+
+    def broken_thread(self, run_id: str, oldest: str) -> str: ...

@@ -9,10 +9,11 @@ and from the store it was recorded in for the rest.
 from __future__ import annotations
 
 import json
+import weakref
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .errors import TracememError
-from .record import Decision, Read, RunLoader, Step, ThreadRun, Write
+from .errors import RunNotFoundError, TracememError
+from .record import Decision, Read, ResumePoint, RunLoader, Step, ThreadRun, Write
 from .scope.paths import parse_path, root_of
 from .scope.diff import Change, diff_values
 from .scope.replay import replay_thread
@@ -52,6 +53,7 @@ class Run:
         self.query: Optional[str] = None
         self.trace_id: Optional[str] = None
         self.continues: Optional[str] = None  # the run whose final state this run started from
+        self.thread_id: Optional[str] = None  # the first run of the thread it continues (None: it continues none)
         self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
         self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
         self.pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)
@@ -63,7 +65,8 @@ class Run:
         self.counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
         self.resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
         self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause
-        self._previous: Optional["Run"] = None
+        self._previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
+        self._previous_ref: Optional["weakref.ref[Run]"] = None  # ... or, recorded in the same store, not held
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.pipeline} {self.status} steps={len(self.steps)}>"
@@ -108,15 +111,30 @@ class Run:
                             + ", ".join(f"{s.step}:{s.stage}" for s in self.steps))
 
     # -- threads ------------------------------------------------------------------
-    def continue_from(self, previous: "Run") -> None:
-        """Mark this run as continuing `previous` (the runner does this for `resume=`)."""
-        self.continues, self._previous = previous.run_id, previous
+    def continue_from(self, previous: Union["Run", ResumePoint]) -> None:
+        """Mark this run as continuing `previous` (the runner does this for `resume=`). A run recorded in
+        this run's store is not kept alive by it (it is read back from the store when needed, so a long
+        thread's runs never hold each other); any other run is, being the only record of itself."""
+        self.continues = previous.run_id
+        self.thread_id = previous.thread_id or previous.run_id
+        if isinstance(previous, Run):
+            if self.store is not None and previous.store is self.store:
+                self._previous_ref = weakref.ref(previous)
+            else:
+                self._previous = previous
+
+    def _held(self) -> Optional["Run"]:
+        """The run this one continued, when it is at hand (held, or still alive)."""
+        if self._previous is None and self._previous_ref is not None:
+            return self._previous_ref()
+        return self._previous
 
     def previous(self) -> Optional["Run"]:
         """The run this one continued (`flow.run(..., resume=...)`), loaded on demand."""
-        if self.continues and self._previous is None:
-            self._previous = self._loader().run(self.continues)
-        return self._previous
+        held = self._held()
+        if self.continues and held is None:
+            held = self._previous = self._loader().run(self.continues)
+        return held
 
     def committed_writes(self, root: Optional[str] = None) -> list[Write]:
         """Writes of the steps that finished (a failed step's writes were never committed), optionally
@@ -129,10 +147,18 @@ class Run:
         given): live runs where at hand, the rest from the store in one load (`load=False`: only the
         runs at hand)."""
         chain, run = [self], self
-        while run.continues and run._previous is not None:
-            run = run._previous
+        while run.continues:
+            held = run._held()
+            if held is None:
+                break
+            run = held
             chain.append(run)
-        older = self._loader().thread(run.continues, root) if run.continues and load else []
+        older: list[ThreadRun] = []
+        if run.continues and load:
+            try:
+                older = self._loader().thread(run.continues, root)
+            except RunNotFoundError:  # the run it continues is gone (pruned): here the thread starts later
+                older = []
         return older + [ThreadRun(r.run_id, json.loads(r.input_json), not r.continues, r.committed_writes(root), r)
                         for r in reversed(chain)]
 
@@ -145,7 +171,10 @@ class Run:
     # -- replay -------------------------------------------------------------------
     def _replay(self, upto: Optional[int]) -> dict[str, Any]:
         reset = self.schema.default if self.schema else (lambda name: None)
-        return replay_thread(self.thread(), reset, upto)
+        thread = self.thread()
+        if not thread[0].first:  # its earliest turns were pruned (prune(force=True)): say so, never guess
+            raise TracememError(self._loader().broken_thread(self.run_id, thread[0].run_id))
+        return replay_thread(thread, reset, upto)
 
     def state_at(self, step: Union[int, str, None] = None) -> Any:
         """The scope as it was after `step` (a number or stage id; None = the end), by replaying writes."""

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
 import duckdb
 
-from ..errors import TracememError
+from ..errors import TracememError, UsageError
 from ..times import utc_naive, utc_now
 from .common import Commands, open_store, wants_json
 from .render import Progress, table, to_json
@@ -28,8 +29,11 @@ def setup_memories(p: argparse.ArgumentParser) -> None:
 
 def setup_prune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", help="days (e.g. 30) or an ISO date (UTC, as run times are stored)")
-    p.add_argument("--keep-last", type=int, help="keep the newest N runs")
+    p.add_argument("--keep-last", metavar="N", help="keep the newest N runs")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    p.add_argument("--force", action="store_true",
+                   help="remove runs kept evidence cites too (a memory's source, a snapshot a kept run loaded, "
+                        "earlier turns of a kept thread); traces into them then say 'pruned'")
 
 
 def setup_export(p: argparse.ArgumentParser) -> None:
@@ -104,24 +108,45 @@ def cmd_memories(args: argparse.Namespace, out: Any) -> None:
 def _when(text: str) -> datetime:
     """A cut-off in UTC, as run times are stored (an ISO date without a zone is taken as UTC)."""
     try:
-        return utc_now() - timedelta(days=float(text))
+        days = float(text)
     except ValueError:
+        days = None
+    if days is not None:
+        if not math.isfinite(days) or days < 0:
+            raise UsageError(f"--older-than takes a finite number of days ≥ 0 (e.g. 30) or an ISO date, got {text!r}")
         try:
-            when = datetime.fromisoformat(text)
-        except ValueError:
-            raise TracememError(f"--older-than takes days (e.g. 30) or an ISO date, got {text!r}") from None
-        return utc_naive(when)  # type: ignore[return-value]
+            return utc_now() - timedelta(days=days)
+        except OverflowError:
+            raise UsageError(f"--older-than {text} days reaches before year 1; give fewer days or an ISO date") from None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise TracememError(f"--older-than takes days (e.g. 30) or an ISO date, got {text!r}") from None
+    return utc_naive(when)  # type: ignore[return-value]
+
+
+def _count(text: str) -> int:
+    """--keep-last: a whole number ≥ 0 (negative, fractional or infinite counts are refused)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise UsageError(f"--keep-last takes a whole number ≥ 0 (the newest runs to keep), got {text!r}")
+    return count
 
 
 def cmd_prune(args: argparse.Namespace, out: Any) -> None:
     if args.older_than is None and args.keep_last is None:
         raise TracememError("prune needs --older-than DAYS|DATE and/or --keep-last N")
+    keep_last = None if args.keep_last is None else _count(args.keep_last)
+    cutoff = _when(args.older_than) if args.older_than else None
     with open_store(args, write=True) as store:
-        report = store.prune(older_than=_when(args.older_than) if args.older_than else None,
-                             keep_last=args.keep_last, dry_run=args.dry_run, progress=Progress("pruning"))
+        report = store.prune(older_than=cutoff, keep_last=keep_last, dry_run=args.dry_run, force=args.force,
+                             progress=Progress("pruning"))
     if wants_json(args):
         print(to_json({"runs": report.runs, "rows": report.rows, "kept_cited": report.kept_cited,
-                       "dry_run": report.dry_run}), file=out)
+                       "kept_why": report.kept_why, "forced": report.forced, "dry_run": report.dry_run}), file=out)
     else:
         print(report, file=out)
 
@@ -139,6 +164,6 @@ def cmd_export(args: argparse.Namespace, out: Any) -> None:
 COMMANDS: Commands = {
     "sql": ("run SQL over the store (read-only unless --write)", setup_sql, cmd_sql),
     "memories": ("list memory records", setup_memories, cmd_memories),
-    "prune": ("delete old runs (never what memories cite)", setup_prune, cmd_prune),
+    "prune": ("delete old runs (never evidence kept runs cite, unless --force)", setup_prune, cmd_prune),
     "export": ("write every table to Parquet", setup_export, cmd_export),
 }

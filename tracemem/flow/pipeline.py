@@ -31,6 +31,7 @@ from typing import (Any, AsyncIterator, Callable, Generic, Iterable, Iterator, M
 from pydantic import BaseModel
 
 from ..errors import PipelineError, TracememError
+from ..record import ResumePoint
 from ..run import Run
 from .program import Program
 from .events import FlowEvent
@@ -298,7 +299,7 @@ class Flow(Generic[S]):
             sinks.insert(0, OTelSink(tracer_provider))  # first: it sets run.trace_id before the store writes
         return sinks
 
-    def _previous(self, resume: Any, store: Any) -> Optional[Run]:
+    def _previous(self, resume: Any, store: Any) -> Union[Run, ResumePoint, None]:
         """The run `resume=` names (a Run, or a run id looked up in `store`), checked to fit this flow."""
         if resume is None:
             return None
@@ -306,8 +307,8 @@ class Flow(Generic[S]):
         if isinstance(previous, str):
             if store is None:
                 raise TracememError(f"resume='{previous}' needs store=...: a run id is looked up in the store")
-            previous = store.run(previous)
-        if not isinstance(previous, Run):
+            previous = store.resume_point(previous)  # its final state, without loading its whole record
+        if not isinstance(previous, (Run, ResumePoint)):
             raise TracememError(f"resume= takes a Run or a run id, got {previous!r}")
         if previous.schema is not None and previous.schema.model is not self.scope:
             raise TracememError(f"cannot resume run {previous.run_id} of '{previous.pipeline}' with flow "

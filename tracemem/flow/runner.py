@@ -28,11 +28,11 @@ import os
 import threading
 import time
 from types import MappingProxyType
-from typing import Any, Awaitable, Callable, Mapping, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional, Union
 
 from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
-from ..record import Decision, Step, StepKind
+from ..record import Decision, ResumePoint, Step, StepKind
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
@@ -54,7 +54,7 @@ class Execution(ParallelSteps):
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
                  store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
-                 parent: Optional[tuple[str, int]] = None, resume: Optional[Run] = None) -> None:
+                 parent: Optional[tuple[str, int]] = None, resume: Union[Run, ResumePoint, None] = None) -> None:
         self.program = program
         self.inputs = inputs
         self.env: Mapping[str, Any] = MappingProxyType(dict(env)) if env else EMPTY

@@ -31,7 +31,8 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
              ("started_at", NS), ("ended_at", NS), ("input", J), ("output", J), ("parent_run_id", S),
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
              ("continues_run_id", S), ("degraded", S), ("duration_ms", F), ("pending", J), ("resume_at", J),
-             ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S), ("counterfactual", J)],
+             ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S), ("counterfactual", J),
+             ("thread_id", S)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S)), ("duration_ms", F)],
@@ -75,7 +76,8 @@ def run_row(run: Run) -> tuple:
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
             run.subject, run.query, run.trace_id, run.continues, run.degraded, _json(run.pending),
-            _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, _json(run.counterfactual))
+            _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, _json(run.counterfactual),
+            run.thread_id)
 
 
 def padded_run_row(row: Sequence[Any]) -> tuple:

@@ -1,89 +1,241 @@
-"""Loading recorded runs back from DuckDB as the same `Run` object the runner returns,
-and a conversation thread's writes in bulk."""
+"""Loading recorded runs back from DuckDB as the same `Run` object the runner returns, and a
+conversation thread's writes in bulk.
+
+Every lookup is by run id, which each run table indexes (schema v6), and several runs load
+together: one query however many runs (`load_runs`), so a backtrack that walks
+forty turns of a thread, or a store of a million runs, costs index lookups, never scans.
+"""
 from __future__ import annotations
 
 import json
 from typing import Any, Optional
 
 from ..dbmeta import first_row
-from ..errors import TracememError
+from ..errors import RunNotFoundError
 from ..record import Decision, Read, Step, ThreadRun, Write
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from .batch import COLUMNS, EXTRA_TABLES
 
+# the runs of a thread recorded before runs.thread_id existed (schema < 6), newest first
 _CHAIN = """WITH RECURSIVE chain(run_id, continues, depth) AS (
     SELECT run_id, continues_run_id, 0 FROM runs WHERE run_id = ?
-    UNION ALL SELECT r.run_id, r.continues_run_id, c.depth + 1 FROM runs r JOIN chain c ON r.run_id = c.continues)"""
+    UNION ALL SELECT r.run_id, r.continues_run_id, c.depth + 1 FROM runs r JOIN chain c ON r.run_id = c.continues)
+    SELECT c.run_id, c.continues, r.input FROM chain c JOIN runs r USING (run_id) ORDER BY c.depth"""
+
+
+def _ids(column: str, ids: list[str]) -> tuple[str, list[Any]]:
+    """A filter on `column` for a list of run ids, and its parameters: a few ids as parameters (an index
+    lookup each), many as one list (a join, which beats a long IN list)."""
+    if len(ids) <= 8:
+        return f"{column} IN ({', '.join('?' * len(ids))})", list(ids)
+    return f"{column} IN (SELECT unnest(?::VARCHAR[]))", [list(ids)]
+
+
+def chain_of(con: Any, run_id: str) -> list[tuple[str, Optional[str], str]]:
+    """(run id, the run it continues, its input) for each run of the thread ending at `run_id`, oldest
+    first: one indexed lookup of the thread's runs (`runs.thread_id`), and a recursive walk for the part
+    recorded before that column existed; [] when the run does not exist."""
+    head = first_row(con.execute("SELECT thread_id, continues_run_id, input FROM runs WHERE run_id = ?", [run_id]))
+    if head is None:
+        return []
+    thread_id, continues, input_json = head
+    chain = [(run_id, continues, input_json)]
+    if continues is None:
+        return chain
+    by_id: dict[str, tuple[str, Optional[str], str]] = {}
+    if thread_id is not None:
+        by_id = {r[0]: r for r in con.execute(
+            "SELECT run_id, continues_run_id, input FROM runs WHERE thread_id = ? "
+            "UNION ALL SELECT run_id, continues_run_id, input FROM runs WHERE run_id = ?",
+            [thread_id, thread_id]).fetchall()}
+    seen = {run_id}
+    while chain[-1][1] is not None:
+        at = by_id.get(chain[-1][1])
+        if at is None:  # runs recorded without a thread_id: walk them
+            rest = [r for r in con.execute(_CHAIN, [chain[-1][1]]).fetchall() if r[0] not in seen]
+            chain.extend(rest)
+            break
+        if at[0] in seen:
+            break
+        seen.add(at[0])
+        chain.append(at)
+    chain.reverse()
+    return chain
 
 
 def thread(con: Any, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
-    """The thread ending at `run_id`, oldest first, in two queries however long it is: each run's
+    """The thread ending at `run_id`, oldest first, in three queries however long it is: each run's
     recorded input, whether it starts the thread, and its committed writes (to field `root` only, when
     given; failed steps left out)."""
-    chain = con.execute(_CHAIN + """ SELECT c.run_id, r.input, c.continues IS NULL FROM chain c
-        JOIN runs r USING (run_id) ORDER BY c.depth DESC""", [run_id]).fetchall()
+    chain = chain_of(con, run_id)
     if not chain:
-        raise TracememError(f"no run '{run_id}' in the store")
+        raise RunNotFoundError(f"no run '{run_id}' in the store")
+    where, params = _ids("run_id", [rid for rid, _, _ in chain])
     only = "" if root is None else \
-        "AND (w.path = ? OR starts_with(w.path, ? || '[') OR starts_with(w.path, ? || '.'))"
-    writes = con.execute(_CHAIN + f""" SELECT w.run_id, w.step, w.seq, w.path, w.verb, w.value FROM writes w
-        JOIN chain USING (run_id) WHERE true {only}
-        AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = w.run_id AND s.step = w.step AND s.status <> 'ok')
-        ORDER BY w.run_id, w.step, w.seq""", [run_id] + ([] if root is None else [root, root, root])).fetchall()
+        "AND (path = ? OR starts_with(path, ? || '[') OR starts_with(path, ? || '.'))"
+    writes = con.execute(f"SELECT run_id, step, seq, path, verb, value FROM writes WHERE {where} {only} "
+                         "ORDER BY run_id, step, seq", params + ([] if root is None else [root, root, root])).fetchall()
+    failed = set(con.execute(f"SELECT run_id, step FROM steps WHERE {where} AND status <> 'ok'", params).fetchall())
     by_run: dict[str, list[Write]] = {}
     for rid, *w in writes:
-        by_run.setdefault(rid, []).append(Write(*w))
-    return [ThreadRun(rid, json.loads(input_json), bool(first), by_run.get(rid, []))
-            for rid, input_json, first in chain]
+        if (rid, w[0]) not in failed:
+            by_run.setdefault(rid, []).append(Write(*w))
+    return [ThreadRun(rid, json.loads(input_json), continues is None, by_run.get(rid, []))
+            for rid, continues, input_json in chain]
+
+
+# What a load reads of each table, in the order of the record it builds: all of it in one query (a
+# UNION ALL BY NAME of index lookups, each table's columns renamed apart), sorted as each table is read.
+_READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, columns, step, seq)
+    "runs": ("run_id", ["pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
+                        "epoch_ns(ended_at)", "input", "output", "parent_run_id", "parent_step", "subject", "query",
+                        "trace_id", "continues_run_id", "thread_id", "degraded", "pending", "resume_at",
+                        "forked_from_run_id", "forked_from_step", "span_id", "counterfactual"], "NULL", "NULL"),
+    "children": ("parent_run_id", ["run_id"], "NULL", "epoch_ns(started_at)"),
+    "steps": ("run_id", ["step", "stage", "name", "kind", "iteration", "status", "error", "epoch_ns(started_at)",
+                         "epoch_ns(ended_at)", "routed_by", "child_run_id", "logs"], "step", "NULL"),
+    "reads": ("run_id", ["step", "seq", "path", "source_step", "source_seq"], "step", "seq"),
+    "writes": ("run_id", ["step", "seq", "path", "verb", "value"], "step", "seq"),
+    "decisions": ("run_id", ["step", "chosen", "evidence"], "step", "NULL"),
+    **{t: ("run_id", [c for c, _ in COLUMNS[t]], "step", "idx" if any(c == "idx" for c, _ in COLUMNS[t]) else "NULL")
+       for t in sorted(EXTRA_TABLES) if any(c == "step" for c, _ in COLUMNS[t])},
+}
+
+
+def _query(n: int, empty: frozenset[str] = frozenset()) -> str:
+    """The one query of a load of n runs (ids as $1..$n, or as one list $1 when many), leaving out the
+    tables known to be empty (a lookup in an empty table still costs its share of the plan)."""
+    return " UNION ALL BY NAME ".join(_branch(name, n) for name in _READ  # sorted in Python: a sort of
+                                      if ("runs" if name == "children" else name) not in empty or name == "runs")
+
+
+def _branch(name: str, n: int, rowid: str = "rowid") -> str:
+    key, cols, step, seq = _READ[name]
+    ids = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"  # wide rows
+    picked = ", ".join(f'{c} AS "{name}.{i}"' for i, c in enumerate(cols))  # costs DuckDB more
+    return (f"(SELECT '{name}' AS _t, {key} AS _run, {step} AS _step, {seq} AS _seq, {rowid} AS _rowid, "
+            f"{picked} FROM {'runs' if name == 'children' else name} WHERE {key} IN ({ids}))")
+
+
+# PostgreSQL has no UNION BY NAME nor rowid: a query per table, each row widened to the union's columns, and
+# the row's physical place standing for its insertion order (rows are appended by COPY, never moved)
+_CTID = "((ctid::text::point)[0]::bigint * 65536 + (ctid::text::point)[1]::bigint)"
+
+
+def _rows(con: Any, ids: list[str]) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of a load, as `_query` gives them, one query per table (PostgreSQL)."""
+    names = ["_t", "_run", "_step", "_seq", "_rowid"] + [f"{n}.{i}" for n, spec in _READ.items()
+                                                         for i in range(len(spec[1]))]
+    at = {n: i for i, n in enumerate(names)}
+    rows: list[tuple] = []
+    for name in _READ:
+        for row in con.execute(_branch(name, len(ids), _CTID), ids if len(ids) <= 8 else [ids]).fetchall():
+            wide = [None] * len(names)
+            wide[:5] = row[:5]
+            wide[at[f"{name}.0"]:at[f"{name}.0"] + len(row) - 5] = row[5:]
+            rows.append(tuple(wide))
+    return names, rows
+
+
+def _order(row: tuple) -> tuple:
+    """Each table's rows in the order it is read: by run, step, seq (or idx, or start), then insertion
+    (NULLs last, as DuckDB sorts them)."""
+    return (row[0], row[1], _LAST if row[2] is None else row[2], _LAST if row[3] is None else row[3], row[4])
+
+
+_LAST = float("inf")
+
+
+def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSchema] = None) -> dict[str, Run]:
+    """The runs among `run_ids` that exist, each with every row it recorded and its child runs, in one
+    query however many (and one more per level of subflows); `store` is kept as their loader."""
+    ids = list(dict.fromkeys(run_ids))
+    if not ids:
+        return {}
+    if getattr(con, "dialect", "duckdb") == "postgres":  # store/pg/connection.py
+        names, rows = _rows(con, ids)
+    else:
+        empty = frozenset(t for t, size in con.execute(
+            "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'main'").fetchall() if size == 0)
+        rel = con.execute(_query(len(ids), empty), ids if len(ids) <= 8 else [ids])
+        names = [d[0] for d in rel.description]
+        rows = rel.fetchall()
+    rows.sort(key=_order)
+    at = {name: slice(names.index(f"{name}.0"), names.index(f"{name}.0") + len(_READ[name][1]))
+          for name in _READ if f"{name}.0" in names}
+    heads: list[tuple] = []
+    children: list[tuple[str, str]] = []
+    records: dict[str, Record] = {}
+    for row in rows:
+        table, rid, values = row[0], row[1], row[at[row[0]]]
+        if table == "runs":
+            heads.append((rid, *values))
+        elif table == "children":
+            children.append((values[0], rid))
+        else:
+            record = records.get(rid)
+            if record is None:
+                record = records[rid] = Record()
+            record.add(table, values)
+    out: dict[str, Run] = {}
+    for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
+         subject, query, trace_id, continues, thread_id, degraded, pending, resume_at, forked_from, forked_step,
+         span_id, counterfactual) in heads:
+        run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
+                  schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
+                  started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
+        run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
+        run.query, run.trace_id, run.store, run.continues, run.thread_id = query, trace_id, store, continues, thread_id
+        run.degraded, run.span_id = degraded, span_id
+        run.pending = json.loads(pending) if pending is not None else None
+        run.resume_at = json.loads(resume_at) if resume_at is not None else None
+        run.forked_from_run_id, run.forked_from_step = forked_from, forked_step
+        run.counterfactual = json.loads(counterfactual) if counterfactual is not None else None
+        run.without = frozenset((run.counterfactual or {}).get("without", ()))
+        if run_id in records:
+            records[run_id].give(run)
+        out[run_id] = run
+    if children:
+        loaded = load_runs(store, con, [c for c, _ in children])
+        for child, parent in children:
+            if child in loaded and parent in out:
+                out[parent].children.append(loaded[child])
+    return out
+
+
+class Record:
+    """One run's rows as a load reads them, until its head row makes the `Run`."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
+        self.decisions: list[Decision] = []
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, table: str, values: tuple) -> None:
+        if table == "steps":
+            self.steps.append(Step(*values[:11], tuple(values[11] or ())))
+        elif table == "reads":
+            self.reads.append(Read(*values))
+        elif table == "writes":
+            self.writes.append(Write(*values))
+        elif table == "decisions":
+            self.decisions.append(Decision(values[0], values[1], json.loads(values[2]) if values[2] else None))
+        else:
+            self.rows.setdefault(table, []).append(dict(zip(_READ[table][1], values)))
+
+    def give(self, run: Run) -> None:
+        run.steps, run.reads, run.writes, run.decisions, run.rows = (
+            self.steps, self.reads, self.writes, self.decisions, self.rows)
 
 
 def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -> Run:
     """Run `run_id` with every row it recorded (and its child runs); `store` is kept as its loader."""
-    head = first_row(con.execute(
-        "SELECT pipeline, pipeline_hash, status, error, epoch_ns(started_at), epoch_ns(ended_at), input, output, "
-        "parent_run_id, parent_step, subject, query, trace_id, continues_run_id, degraded, pending, resume_at, "
-        "forked_from_run_id, forked_from_step, span_id, counterfactual FROM runs WHERE run_id = ?", [run_id]))
-    if head is None:
-        raise TracememError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
-    (pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step, subject, query,
-     trace_id, continues, degraded, pending, resume_at, forked_from, forked_step, span_id, counterfactual) = head
-    run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
-              schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
-              started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
-    run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
-    run.query, run.trace_id, run.store, run.continues, run.degraded = query, trace_id, store, continues, degraded
-    run.pending = json.loads(pending) if pending is not None else None
-    run.resume_at = json.loads(resume_at) if resume_at is not None else None
-    run.forked_from_run_id, run.forked_from_step, run.span_id = forked_from, forked_step, span_id
-    run.counterfactual = json.loads(counterfactual) if counterfactual is not None else None
-    run.without = frozenset((run.counterfactual or {}).get("without", ()))
-    run.steps = [Step(*row[:11], tuple(row[11] or ())) for row in con.execute(
-        "SELECT step, stage, name, kind, iteration, status, error, epoch_ns(started_at), epoch_ns(ended_at), "
-        "routed_by, child_run_id, logs FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]
-    run.reads = [Read(*row) for row in con.execute(
-        "SELECT step, seq, path, source_step, source_seq FROM reads WHERE run_id = ? ORDER BY step, seq",
-        [run_id]).fetchall()]
-    run.writes = [Write(*row) for row in con.execute(
-        "SELECT step, seq, path, verb, value FROM writes WHERE run_id = ? ORDER BY step, seq", [run_id]).fetchall()]
-    run.decisions = [Decision(step, chosen, json.loads(evidence) if evidence else None) for step, chosen, evidence
-                     in con.execute("SELECT step, chosen, evidence FROM decisions WHERE run_id = ? ORDER BY step",
-                                    [run_id]).fetchall()]
-    stepped = [t for t in sorted(EXTRA_TABLES) if "step" in (c for c, _ in COLUMNS[t])]
-    present = {r[0] for r in con.execute(  # one look at which tables hold rows of this run, then only those
-        " UNION ALL ".join(f"SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {t} WHERE run_id = $1)" for t in stepped),
-        [run_id]).fetchall()}
-    for table in stepped:
-        if table not in present:
-            continue
-        cols = [c for c, _ in COLUMNS[table]]
-        order = "step" + (", idx" if "idx" in cols else "")
-        rel = con.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE run_id = ? ORDER BY {order}", [run_id])
-        rows = [dict(zip(cols, r)) for r in rel.fetchall()]
-        if rows:
-            run.rows[table] = rows
-    children = [r[0] for r in con.execute(
-        "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY started_at", [run_id]).fetchall()]
-    run.children = [load_run(store, con, child, None) for child in children]
+    run = load_runs(store, con, [run_id], schema).get(run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
     return run

@@ -20,7 +20,6 @@ marked interrupted by the others (store/pg/lease.py).
 from __future__ import annotations
 
 import atexit
-import json
 import sys
 import threading
 import weakref
@@ -31,21 +30,24 @@ from pydantic import BaseModel
 
 from ..errors import TracememError
 from ..ids import new_id
-from ..record import ThreadRun
+from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-from ..times import utc_naive
+
 from .affected import AffectedReport, affected
+from .backend import Backend, open_backend
 from .blame import BlameReport, blame
+from .claims import claim, release
 from .feedback import Feedback
 from .feedback import record as record_feedback
-from .backend import Backend, open_backend
-from .claims import claim, release
-from .load import load_run, thread
-from .retention import PruneReport, prune
+from .listing import list_runs
+from .load import load_run, load_runs, thread
+from .retention import PruneReport, prune, pruned_at
 from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
+from .tables import INDEX_FROM, index
+from .threads import ThreadStates, broken_thread, handout, replayed
 from .writer import StoreSink, Writer
 
 
@@ -72,6 +74,8 @@ class Store:
         self.path, self.con, self.salt = self.backend.path, self.backend.con, self.backend.salt
         self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
         self.interrupted = self.backend.interrupted  # runs a dead writer left running, recovered when opened
+        with self.lock:  # (a PostgreSQL schema is indexed from the start: store/pg/schema.py)
+            self.indexed = self.backend.shared or (False if self.read_only else index(self.con, log))
         self.memory = self._open_memory(embedder)
         if snapshot_embedder == "default":
             from ..memory import HashingEmbedder
@@ -79,7 +83,11 @@ class Store:
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.backend.cursor(), self.lock, self.backend.follow_snapshots())
-        self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder, self.snapshots.added)
+        self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
+        self.log = log
+        self._written = 0  # runs written since the store last checked whether it is big enough to index
+        self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder,
+                             self.snapshots.added, self.threads.recorded, self._grown)
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -90,6 +98,14 @@ class Store:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _grown(self, written: int) -> None:
+        """The writer wrote `written` runs: index the store when it has grown big (once; on its thread)."""
+        self._written += written
+        if not self.indexed and self._written >= INDEX_FROM // 10:
+            self._written = 0
+            with self.lock:
+                self.indexed = index(self.con, self.log)
 
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory
@@ -163,6 +179,34 @@ class Store:
         with self.lock:
             return load_run(self, self.con, run_id, ScopeSchema(scope) if scope else None)
 
+    def runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
+        """Several recorded runs at once (one query however many), by id; ids not in the store are left
+        out."""
+        self.flush()
+        with self.lock:
+            return load_runs(self, self.con, list(run_ids))
+
+    def resume_point(self, run_id: str) -> ResumePoint:
+        """What `flow.run(..., resume=run_id)` continues: the run's final state, taken from the states
+        this store keeps for the runs it recorded or resumed last (a conversation's next turn costs no
+        replay), else replayed once from the file."""
+        known = self.threads.known(run_id)
+        if known is None:
+            self.flush()
+            with self.lock:
+                known = self.threads.keep(run_id, replayed(self.con, run_id, self.path))
+        return ResumePoint(run_id, known.pipeline, known.thread_id, known.schema, handout(known))
+
+    def broken_thread(self, run_id: str, oldest: str) -> str:
+        """Why a thread's state cannot be rebuilt: its oldest run here continues one that is gone."""
+        with self.lock:
+            return broken_thread(self.con, run_id, oldest)
+
+    def pruned_at(self, run_id: str) -> Optional[datetime]:
+        """When `prune(force=True)` removed run `run_id` (None: it was never pruned here)."""
+        with self.lock:
+            return pruned_at(self.con, run_id)
+
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
         """The conversation thread ending at a run, oldest first, with each run's committed writes
         (to top-level field `root` only, when given)."""
@@ -173,31 +217,11 @@ class Store:
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
              limit: int = 100, include_children: bool = False) -> list[dict[str, Any]]:
-        """Run summaries, newest first, filtered (naive datetimes are UTC, as run times are stored)."""
-        where, params = [], []
-        for column, value in (("pipeline", pipeline), ("status", status), ("subject", subject)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if since is not None:
-            where.append("started_at >= ?")
-            params.append(utc_naive(since))
-        if until is not None:
-            where.append("started_at < ?")
-            params.append(utc_naive(until))
-        if not include_children:
-            where.append("parent_run_id IS NULL")
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
-        rel = self.sql(
-            "SELECT run_id, pipeline, status, error, degraded, started_at, ended_at, "
-            "round(duration_ms, 3) AS duration_ms, subject, parent_run_id, pending, forked_from_run_id, "
-            "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
-            f"FROM runs r {clause} ORDER BY started_at DESC LIMIT {int(limit)}", params)
-        cols = rel.columns
-        out = [dict(zip(cols, row)) for row in rel.fetchall()]
-        for row in out:  # what a paused run asks, as data
-            row["pending"] = json.loads(row["pending"]) if isinstance(row["pending"], str) else row["pending"]
-        return out
+        """Run summaries with their step counts, newest first, filtered (naive datetimes are UTC, as run
+        times are stored)."""
+        self.flush()
+        return list_runs(self._cursor(), pipeline=pipeline, status=status, since=since, until=until,
+                         subject=subject, limit=limit, include_children=include_children)
 
     def similar_runs(self, pipeline: str, query: str, *, embedder: Any = None, top_k: int = 1,
                      min_score: float = 0.7, exclude: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:
@@ -256,12 +280,19 @@ class Store:
 
     # -- retention ------------------------------------------------------------------
     def prune(self, *, older_than: Optional[datetime] = None, keep_last: Optional[int] = None,
-              dry_run: bool = False, progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
-        """Delete runs (and all their rows) older than a date and/or beyond the newest
-        `keep_last`; never a memory, nor a run a memory cites as its source."""
+              dry_run: bool = False, force: bool = False,
+              progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
+        """Delete runs (and all their rows) older than a date and/or beyond the newest `keep_last`;
+        never a memory, nor a run that kept evidence cites (see store/citations.py): a memory's source,
+        a snapshot a kept run loaded, an earlier turn of a thread whose later turns are kept. `force=True`
+        removes those too, leaving a tombstone (`pruned_runs`) that traces crossing into them report."""
         self.flush()
         with self.lock:
-            return prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, progress=progress)
+            report = prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, force=force,
+                           progress=progress, rebuild_indexes=not self.backend.shared)
+        if report.runs and not dry_run:
+            self.threads.clear()
+        return report
 
     def export(self, directory: str, *, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
         """Write every table to `directory/<table>.parquet`; returns rows per table."""

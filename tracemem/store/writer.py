@@ -29,13 +29,17 @@ class Writer:
     """Writes finished runs (and journaled stages) into the store's tables."""
 
     def __init__(self, backend: Any, path: str, flush_interval: float, snapshot_embedder: Any,
-                 on_embeddings: Callable[[list[tuple]], None]) -> None:
+                 on_embeddings: Callable[[list[tuple]], None],
+                 on_end: Callable[[Run], None] = lambda run: None,
+                 on_written: Callable[[int], None] = lambda count: None) -> None:
         self.backend = backend  # where batches and journal rows go (store/backend.py)
         self.lock = backend.write_lock
         self.path = path
         self.flush_interval = flush_interval  # 0: each run is journaled before flow.run returns
         self.snapshot_embedder = snapshot_embedder
         self.on_embeddings = on_embeddings  # told about new run embeddings once they are in the tables
+        self.on_end = on_end  # told about each run as it ends (the store keeps its state for resume=<run id>)
+        self.on_written = on_written  # told how many runs each batch wrote, on this thread (the store grows)
         self.progress: dict[str, Progress] = {}  # journaled runs not yet moved whole into the tables
         self.inflight: dict[str, Run] = {}  # durability "stage" runs still running
         self.pending: list[Run] = []
@@ -97,6 +101,7 @@ class Writer:
                 return
             for run in runs:
                 self.progress.pop(run.run_id, None)
+            self.on_written(len(runs))
 
     def _write_each(self, runs: list[Run]) -> None:
         """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
@@ -200,6 +205,7 @@ class StoreSink:
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
+        writer.on_end(run)
         if self.durability == "stage":
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"

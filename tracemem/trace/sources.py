@@ -126,10 +126,7 @@ def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], 
     if origin is None and not w.cross_runs:
         return  # backtrack(..., cross_runs=False): the memory's source_run_id says where, the walk stops here
     if origin is None:
-        child = f"run:{record.source_run_id}"
-        if w.add(child, depth + 1, None, None, kind="run", run_id=record.source_run_id,
-                 missing="run not in the store (pruned?)"):
-            w.link(node, child, "provenance")
+        w.link(node, w.pruned_run(record.source_run_id, depth + 1, "provenance"), "provenance")
         return
     if record.source_step is None:
         return
@@ -144,7 +141,7 @@ def _expand_past_run(w: "Walker", node: str, depth: int, idx: RunIndex, run_id: 
     if past is None and not w.cross_runs:
         return
     if past is None:
-        w.g.nodes[node]["missing"] = "run not in the store (pruned?)"
+        w.g.nodes[node]["missing"] = w.gone(run_id)
         return
     for d in past.run.decisions:
         child = f"d:{run_id}:{d.step}"

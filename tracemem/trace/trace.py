@@ -121,6 +121,9 @@ class Trace:
         from the value to nodes of that kind; `focus=` (a short id, memory id or node id) to one node;
         either way followed by `beyond` levels of what lies behind them. `depth` stops `depth` levels
         below the value; `max_lines` caps the text, and `hint` is what the last line says to do about it."""
+        if self.missing == "pruned" and self.root is not None:
+            return (f"{self.path}: came from an earlier turn of run {self.run_id}'s thread, which is gone: "
+                    f"{describe(self.graph.nodes[self.root])}")
         keep: Optional[set[str]] = None
         if only is not None or focus is not None:
             keep = self.chains(only, focus, beyond)  # checks `only` and `focus` first
@@ -335,7 +338,8 @@ def describe(d: dict[str, Any]) -> str:
     if kind == "run":
         if d.get("via") == "load_snapshot":
             suspect = f" — suspect since: {d['suspect']}" if d.get("suspect") else ""
+            gone = f"; {d['missing']}" if d.get("missing") else ""
             return (f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, "
-                    f"{d['projection']}){suspect}")
+                    f"{d['projection']}{gone}){suspect}")
         return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
     return d.get("label") or f"{kind} {d}"

@@ -3,9 +3,11 @@
 The walker turns reads, writes and decisions into the nodes and edges of a
 trace, and asks `sources` for what lies beyond the scope (model calls, prompt
 sections, memories, past runs). Other runs are read through the loader the run
-was recorded with (`run.store`): a thread once per walk, a run once per walk. A fork
-(`flow.fork`) started from another run's state: what it read from that state is traced
-into the original run, to the write that set it before the fork point.
+was recorded with (`run.store`): a thread once per walk, a run once per walk, and
+the turns of a thread in windows (the turn the walk reached and the older ones
+next to it, where it goes next), one query for each window. A fork (`flow.fork`)
+started from another run's state: what it read from that state is traced into the
+original run, to the write that set it before the fork point.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import json
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from ..errors import PathError, TracememError
+from ..errors import PathError
 from ..record import Read, ThreadRun, Write
 from ..scope.paths import parse_path, root_of
 from . import sources
@@ -22,6 +24,9 @@ from .trace import Trace
 
 if TYPE_CHECKING:
     from ..run import Run
+
+
+WINDOW = 64  # turns of a thread read from the store at a time
 
 
 class Walker:
@@ -39,18 +44,48 @@ class Walker:
         self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
         self.threads: dict[str, tuple[list[ThreadRun], int]] = {}  # run id → (its thread, its position)
         self.by_root: dict[tuple[int, str], list[ThreadRun]] = {}  # (id of a thread, field) → its writes there
+        self.loaded: dict[str, "Run"] = {}  # runs read from the store, not yet indexed
+        self.absent: set[str] = set()  # runs asked for and not in the store
 
     def index(self, run_id: str, live: Optional["Run"] = None) -> Optional[RunIndex]:
         if run_id not in self.indexes and live is not None:
             self.indexes[run_id] = RunIndex(live)
         if run_id not in self.indexes:
-            if self.store is None or not self.cross_runs:
+            if self.store is None or not self.cross_runs or run_id in self.absent:
                 return None
-            try:
-                self.indexes[run_id] = RunIndex(self.store.run(run_id))
-            except TracememError:  # not in the store (pruned, or recorded elsewhere)
+            if run_id not in self.loaded:
+                self.load(run_id)
+            run = self.loaded.pop(run_id, None)
+            if run is None:  # not in the store (pruned, or recorded elsewhere)
+                self.absent.add(run_id)
                 return None
+            self.indexes[run_id] = RunIndex(run)
         return self.indexes[run_id]
+
+    def load(self, run_id: str) -> None:
+        """Read a run from the store with, when it is a turn of a thread the walk knows, the older turns
+        next to it that are not at hand yet (a walk back through a thread reaches them next)."""
+        wanted = [run_id]
+        known = self.threads.get(run_id)
+        if known is not None:
+            full, position = known
+            wanted += [t.run_id for t in reversed(full[max(0, position - WINDOW + 1):position])
+                       if t.run is None and t.run_id not in self.indexes and t.run_id not in self.loaded]
+        assert self.store is not None
+        self.loaded.update(self.store.runs_by_id(wanted))
+
+    def gone(self, run_id: str) -> str:
+        """What a trace says of a run it cannot enter."""
+        when = self.store.pruned_at(run_id) if self.store is not None else None
+        if when is not None:
+            return f"pruned on {when:%Y-%m-%d %H:%M:%S} (prune(force=True) removed it as evidence)"
+        return "run not in the store (recorded elsewhere, or pruned before tracemem kept tombstones)"
+
+    def pruned_run(self, run_id: str, depth: int, via: str) -> str:
+        """A node for a run the walk cannot enter: it says why."""
+        node = f"run:{run_id}"
+        self.add(node, depth, None, None, kind="run", run_id=run_id, via=via, missing=self.gone(run_id))
+        return node
 
     def add(self, node: str, depth: int, idx: Optional[RunIndex], item: Any, **attrs: Any) -> bool:
         """Add a node (once) and queue it for expansion; False when the node budget is spent."""
@@ -93,13 +128,24 @@ class Walker:
             return self.write_node(source, before[-1], depth) if before else self.origin(source, path, depth)
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
-        for run_id, inputs, first, writes, live in reversed(self.thread(idx, field)[:-1]):
+        thread = self.thread(idx, field)
+        for run_id, inputs, first, writes, live in reversed(thread[:-1]):
             owner = self.index(run_id, live)
             if writes and owner is not None:
                 return self.write_node(owner, writes[-1], depth)
             if first or field in inputs:
                 return self.input_node(owner or idx, path, depth)
+        gone = self.continued_gone(thread)
+        if gone is not None:  # the thread's earlier turns are not in the store: say so, never guess
+            return self.pruned_run(gone, depth, "thread")
         return self.input_node(idx, path, depth)
+
+    def continued_gone(self, thread: list[ThreadRun]) -> Optional[str]:
+        """The run a thread's oldest run here continues, when that run is not in the store."""
+        if not thread or thread[0].first:
+            return None
+        owner = self.index(thread[0].run_id, thread[0].run)
+        return owner.run.continues if owner is not None else None
 
     def thread(self, idx: RunIndex, root: str) -> list[ThreadRun]:
         """The runs of the thread `idx` ends, oldest first, with their writes touching `root`. The thread
@@ -279,6 +325,12 @@ def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 20
     idx = walker.indexes[run.run_id]
     wanted = parse_path(path)
     if len(wanted) >= 2 and isinstance(wanted[1], int):  # a list element: the write that produced it
+        thread = walker.thread(idx, str(wanted[0]))
+        gone = walker.continued_gone(thread) if wanted[1] >= 0 and str(wanted[0]) not in thread[0].inputs else None
+        if gone is not None:  # counted from the start of a list whose first turns were pruned
+            trace.missing = "pruned"
+            trace.root = walker.pruned_run(gone, 0, "thread")
+            return trace
         found = walker.element_write(idx, str(wanted[0]), wanted[1])
         if found is not None:
             owner, produced = found

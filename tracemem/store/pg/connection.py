@@ -21,7 +21,7 @@ import struct
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -35,27 +35,29 @@ from ...errors import TracememError
 __all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "bind", "parse_target", "quote_ident",
            "first_line"]
 
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$\d+|%")
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$\d+|\$[A-Za-z_]\w*|%")
 _BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")
 _END = ("COMMIT", "ROLLBACK", "END")
 
 
 @lru_cache(maxsize=1024)
 def translate(query: str) -> str:
-    """DuckDB-style parameters for psycopg: `?` as `%s`, `$n` as `%(pn)s` (see `bind`), and a literal `%`
-    as `%%` (psycopg reads `%` everywhere)."""
+    """DuckDB-style parameters for psycopg: `?` as `%s`, `$n` as `%(pn)s` and `$name` as `%(name)s` (see
+    `bind`), and a literal `%` as `%%` (psycopg reads `%` everywhere)."""
     def one(match: re.Match[str]) -> str:
         token = match.group(0)
         if token == "?":
             return "%s"
         if token[0] == "$":
-            return f"%(p{token[1:]})s"
+            return f"%(p{token[1:]})s" if token[1:].isdigit() else f"%({token[1:]})s"
         return token.replace("%", "%%")
     return _TOKENS.sub(one, query)
 
 
 def bind(query: str, params: Any) -> Any:
-    """The parameters as psycopg takes them for `translate(query)`: a list, or by name for `$n`."""
+    """The parameters as psycopg takes them for `translate(query)`: a list, or by name for `$n` and `$name`."""
+    if isinstance(params, Mapping):
+        return dict(params)
     values = list(params)
     if "%(p" in translate(query):
         return {f"p{i + 1}": v for i, v in enumerate(values)}
@@ -147,7 +149,7 @@ class PgConnection:
             self.raw.adapters.register_loader(row[0], _VectorBinaryLoader)
 
     # -- statements ------------------------------------------------------------------------
-    def execute(self, query: str, params: Any = None, *, binary: bool = False) -> psycopg.Cursor[Any]:
+    def execute(self, query: str, params: Any = None, *, binary: bool = False) -> Any:
         """Run one statement (`?` parameters); the cursor holds its rows (`fetchall()`)."""
         word = query.strip().upper()
         if word in _BEGIN:
@@ -168,6 +170,8 @@ class PgConnection:
             raise
         if word in _END:
             self._release()
+        if cur.description is None and (cur.statusmessage or "").split(" ")[0] in ("INSERT", "UPDATE", "DELETE"):
+            return _Count(cur.rowcount)  # as DuckDB answers a change: one row holding how many rows it changed
         return cur
 
     def executemany(self, query: str, rows: Iterable[Any]) -> None:
@@ -215,6 +219,21 @@ class PgConnection:
     def close(self) -> None:
         with self.lock:
             self.raw.close()
+
+
+class _Count:
+    """The result of an INSERT, UPDATE or DELETE: one row holding the number of rows it changed."""
+
+    description = [("Count",)]
+
+    def __init__(self, rows: int) -> None:
+        self.rowcount = rows
+
+    def fetchall(self) -> list[tuple[int]]:
+        return [(self.rowcount,)]
+
+    def fetchone(self) -> tuple[int]:
+        return (self.rowcount,)
 
 
 class PgCursor:

@@ -177,7 +177,15 @@ V8: list[str] = [
     "CREATE INDEX tool_calls_run ON tool_calls (run_id)",
 ]
 
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8}
+V9: list[str] = [
+    "ALTER TABLE runs ADD COLUMN thread_id text",
+    "CREATE TABLE pruned_runs (run_id text, pruned_at timestamp)",
+    "CREATE INDEX runs_thread_id ON runs (thread_id)",
+    "CREATE INDEX pruned_runs_run ON pruned_runs (run_id)",
+]
+
+# (store/tables.py's INDEXES, built there once a file is big, exist here from the start: V1 and the tables')
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9}
 
 
 def memory_ddl(vector: str) -> list[str]:
