@@ -10,6 +10,9 @@
    the history and appends a 200-character user message and a 200-character
    reply. File size after a CHECKPOINT at 50/100/200/500 turns and the fitted
    growth exponent (1 = linear, 2 = quadratic).
+4. A producer faster than the writer (bench/pressure.py): the bounded queue's depth
+   and lag next to an unbounded one, and what a SIGKILL loses per durability mode
+   (`--pressure-seconds 0` skips it).
 Prints figures; asserts nothing.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pydantic import BaseModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import STAGES, build_flow, make_plain, FIELDS  # noqa: E402
+from bench.pressure import report as pressure_report  # noqa: E402
 from tracemem import Pipeline  # noqa: E402
 from tracemem.store import Store  # noqa: E402
 
@@ -98,6 +102,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--turns", type=int, default=500)
+    ap.add_argument("--pressure-seconds", type=float, default=3.0)
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="tracemem-bench-")
     flow = build_flow()
@@ -154,6 +159,8 @@ def main() -> None:
         print(f"{turns:>6} {size:>12,} {added:>12,} {added / turns if turns else 0:>11,.0f}")
     print(f"growth exponent {growth_exponent(points):.2f} (1 = linear); "
           f"added over {points[-1][0]} turns: {(points[-1][1] - points[0][1]) / 1e6:.2f} MB (goal ≤ 1 MB)")
+    if args.pressure_seconds > 0:
+        pressure_report(args.pressure_seconds, threads=2)
 
 
 if __name__ == "__main__":

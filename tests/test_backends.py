@@ -114,7 +114,7 @@ def test_both_backends_hold_the_same_tables_and_columns(store_factory, tmp_path)
     assert have_tables == set(want)
     schema = "main" if store_factory.kind == "duckdb" else "current_schema()"
     quoted = f"'{schema}'" if schema == "main" else schema
-    extra = {"runs": {"lease"}, "step_journal": {"lease"}, "run_embeddings": {"seq"}}  # PostgreSQL's own
+    extra = {"step_journal": {"lease"}, "run_embeddings": {"seq"}}  # PostgreSQL's own
     for table, columns in want.items():
         have = {c for (c,) in store.sql("SELECT column_name FROM information_schema.columns "
                                         f"WHERE table_name = ? AND table_schema = {quoted}", [table]).fetchall()}

@@ -28,7 +28,7 @@ def overhead_out() -> str:
 
 @pytest.fixture(scope="module")
 def store_out() -> str:
-    return run("bench/store.py", "--runs", "50", "--reps", "1", "--turns", "20")
+    return run("bench/store.py", "--runs", "50", "--reps", "1", "--turns", "20", "--pressure-seconds", "0.5")
 
 
 def test_overhead_prints_its_headline(overhead_out: str) -> None:
@@ -44,6 +44,7 @@ def test_store_prints_its_headlines(store_out: str) -> None:
     assert "events/s" in store_out
     assert "20-turn chat" in store_out
     assert "growth exponent" in store_out
+    assert "## producer faster than the writer" in store_out and "## SIGKILL after" in store_out
 
 
 def test_run_all_parses_the_scripts_lines(overhead_out: str, store_out: str) -> None:

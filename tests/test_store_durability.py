@@ -148,20 +148,25 @@ def test_stage_durability_puts_each_stage_in_the_file_before_the_next_starts(tmp
 
 def test_a_run_with_bad_rows_never_blocks_the_others():
     def bad(s, ctx):
-        ctx.emit("model_calls", model="m", input_tokens="lots")  # not an integer
+        ctx.emit("model_calls", model="m", input_tokens="lots")  # not an integer: stored NULL, and noted
+        ctx.emit("model_calls", model="m", output_tokens=10**12)  # out of range for INTEGER: likewise
         s.n = 1
 
     for durability in ("run", "stage"):
         with Store(":memory:", durability=durability) as store:
             run = Pipeline("bad", T).then(bad).then(bump).build().run({}, store=store)
-            with pytest.raises(TracememError, match=r"model_calls.*without them|without its model_calls"):
-                store.flush()
-            store.flush()  # reported once, not forever
+            store.flush()  # nothing was lost, so nothing to raise
             good = THREADED.run({}, store=store)
             assert {r["run_id"] for r in store.runs()} == {run.run_id, good.run_id}
             loaded = store.run(run.run_id)
             assert [s.stage for s in loaded.steps] == ["bad", "bump"] and loaded.state_at().n == 2
-            assert store.sql("SELECT count(*) FROM model_calls").fetchall()[0][0] == 0
+            assert store.sql("SELECT model, input_tokens, output_tokens FROM model_calls").fetchall() == [
+                ("m", None, None), ("m", None, None)]
+            assert any("model_calls.input_tokens of step 1: 'lots' is not a whole number; stored NULL" in n
+                       for n in loaded.notes), loaded.notes
+            assert any("model_calls.output_tokens of step 1: 1000000000000 is out of range" in n
+                       for n in loaded.notes), loaded.notes
+            assert store.run(good.run_id).notes == []
 
 
 class BrokenEmbedder:
@@ -354,18 +359,23 @@ def test_snapshot_is_only_taken_for_readers(held_store):
         Store(path, snapshot_if_locked=True)  # a writer must not write into a throwaway copy
 
 
-def test_same_process_stores_share_a_new_file_and_readers_get_a_clear_answer(tmp_path):
+def test_a_second_writing_store_in_the_same_process_is_refused_and_readers_get_a_clear_answer(tmp_path):
     path = str(tmp_path / "same.duckdb")
     with Store(path) as writer:  # creates the file
         run = THREADED.run({}, store=writer)
-        writer.flush()  # each Store writes its own queue
-        with Store(path) as second:  # a second Store on it in this process works
-            assert [r["run_id"] for r in second.runs()] == [run.run_id]
+        with pytest.raises(StoreLockedError, match=r"already open for writing in this process \(Store opened at "
+                                                   r".*test_store_durability.py:\d+\); use that Store"):
+            Store(path)
+        with pytest.raises(StoreLockedError, match="already open for writing in this process"):
+            Store(os.path.join(str(tmp_path), ".", "same.duckdb"))  # another spelling of the same file
         with pytest.raises(StoreLockedError, match="already open for writing in this process"):
             Store(path, read_only=True)
+        writer.flush()  # a snapshot copy holds what is on disk
         with Store(path, read_only=True, snapshot_if_locked=True) as reader:
             assert reader.snapshot_of == path and [r["run_id"] for r in reader.runs()] == [run.run_id]
             assert "this process" in reader.snapshot_note
+    with Store(path) as again:  # once closed, the file opens again
+        assert [r["run_id"] for r in again.runs()] == [run.run_id]
 
 
 def test_file_is_usable_after_the_holder_exits(tmp_path):

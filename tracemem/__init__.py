@@ -28,7 +28,8 @@ flowchart LR
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
 from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError, RunCancelled,
-                     RunFailed, ScopeReadError, ScopeWriteError, StageError, TracememError, UsageError)
+                     RunFailed, ScopeReadError, ScopeWriteError, StageError, StageTimeout, StoreError, TracememError,
+                     UsageError)
 from .flow.context import StageContext
 from .flow.decide import decide
 from .flow.pipeline import Flow, Pipeline
@@ -39,5 +40,6 @@ from .run import Run
 __all__ = [
     "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
     "ReplayModel", "ResumeError", "Run", "RunCancelled", "RunFailed", "ScopeReadError", "ScopeWriteError",
-    "StageContext", "StageError", "Step", "TracememError", "UsageError", "Write", "decide",
+    "StageContext", "StageError", "StageTimeout", "Step", "StoreError", "TracememError", "UsageError", "Write",
+    "decide",
 ]

@@ -12,13 +12,15 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── ForkConflictError    two fork branches wrote the same path
     ├── LoopLimitError       a loop exceeded its max_iterations guard
     ├── StageError           wraps what a stage raised, naming the stage and the run
+    ├── StageTimeout         a stage ran past its `.then(fn, timeout=...)` (also a TimeoutError)
     ├── RunFailed            a run ended failed; `.run` is the recorded run
     ├── ResumeError          a run cannot be resumed or forked as asked (`flow.resume`, `flow.fork`)
     ├── RunCancelled         a streamed run was stopped before its next step (recorded `interrupted`)
     ├── ModelError           a chat model call failed (tracemem.models)
     ├── ReplayMissError      a replayed call asked what the record never did, with no live model (flow.replay)
     ├── MemoryStoreError     a memory operation was refused (tracemem.memory)
-    └── StoreLockedError     another process holds the store file (tracemem.store)
+    └── StoreError           the store file cannot be opened or written (disk full, corrupt, ...)
+        └── StoreLockedError another process (or Store object) holds the store file (tracemem.store)
 """
 from __future__ import annotations
 
@@ -88,6 +90,22 @@ class StageError(TracememError):
     def __init__(self, stage: str, run_id: str, error: BaseException) -> None:
         super().__init__(f"stage '{stage}' failed in run {run_id}: {type(error).__name__}: {error}")
         self.stage, self.run_id, self.error = stage, run_id, error
+
+
+class StageTimeout(TracememError, TimeoutError):
+    """A stage ran longer than the `timeout=` its `.then(...)` gave it; recorded as the step's error."""
+
+    def __init__(self, stage: str, timeout: float, is_async: bool) -> None:
+        how = ("it was cancelled" if is_async else
+               "its thread cannot be killed, so it was abandoned: its scope writes, logs and rows are discarded")
+        super().__init__(f"stage '{stage}' timed out after {timeout:g} s (.then(..., timeout={timeout:g})); {how}. "
+                         f"Make the stage faster or raise its timeout")
+        self.stage, self.timeout = stage, timeout
+
+
+class StoreError(TracememError):
+    """The store file cannot be opened or written: the message names the file, what happened
+    (disk full, a corrupt file, an unreadable journal entry) and what to do."""
 
 
 class RunFailed(TracememError):

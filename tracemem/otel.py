@@ -14,8 +14,10 @@ trace id is recorded on the run (``run.trace_id``, shown by ``tracemem show``).
 A paused run's span ends with ``tracemem.status = paused``; resumed (in any process), its
 new run span links to the run span from before the pause (``runs.trace_id``, ``runs.span_id``).
 
-Content -- prompts, replies, decision evidence, run input and output, logs -- stays
-in the DuckDB file unless ``capture_content=True``.
+Content -- prompts, replies, decision evidence, run input and output, logs, and error
+messages (which may quote a value, a reply or personal data) -- stays in the DuckDB file
+unless ``capture_content=True``: without it, an error span's status says only what
+failed and the error type (``stage 'x' failed: ValueError``).
 
 Turn it on per run or for the whole process::
 
@@ -63,7 +65,9 @@ CONTENT_ATTRIBUTES = frozenset({
 
 _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": SpanKind.SERVER,
           "producer": SpanKind.PRODUCER, "consumer": SpanKind.CONSUMER}
-_ERROR_TYPE = re.compile(r"\b([A-Z]\w*(?:Error|Exception|Interrupt|Exit))\b")
+# the error type where tracemem writes one (a message's start, or after "failed in run <id>: "), never a
+# word found elsewhere in a message, which may be content
+_ERROR_TYPE = re.compile(r"(?:^|failed in run \w+: )([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Timeout))(?::|$)")
 _TRACERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
@@ -194,6 +198,14 @@ class OTelSink:
             self._end(state)
 
     # -- building spans ---------------------------------------------------------------
+    def _described(self, error: Optional[str], what: str) -> str:
+        """An error span's status description: the message only with capture_content (it may quote
+        content), else what failed and the error type."""
+        if self.capture_content and error:
+            return error
+        kind = _error_type(error)
+        return what + (f": {kind}" if kind != "_OTHER" else "")
+
     def _run_attributes(self, run: Run) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_workflow",
@@ -247,9 +259,10 @@ class OTelSink:
         span = self.tracer.start_span(name, context=state.ctx, kind=SpanKind.INTERNAL, attributes=attributes,
                                       start_time=step.started_at)
         if step.status != "ok":
-            span.set_status(Status(StatusCode.ERROR, step.error))
+            span.set_status(Status(StatusCode.ERROR, self._described(step.error, f"stage '{step.stage}' failed")))
         elif tool_call is not None and tool_call.get("error"):  # the run went on; this call failed
-            span.set_status(Status(StatusCode.ERROR, str(tool_call["error"])))
+            span.set_status(Status(StatusCode.ERROR, self._described(str(tool_call["error"]),
+                                                                     f"tool '{tool_call.get('name')}' failed")))
         if decision is not None:
             event: dict[str, Any] = {"tracemem.decision.chosen": decision.chosen}
             if self.capture_content:
@@ -308,7 +321,7 @@ class OTelSink:
         span = self.tracer.start_span(f"chat {model}" if model else "chat", context=context, kind=SpanKind.CLIENT,
                                       attributes=attributes, start_time=start)
         if row.get("error"):
-            span.set_status(Status(StatusCode.ERROR, str(row["error"])))
+            span.set_status(Status(StatusCode.ERROR, self._described(str(row["error"]), "model call failed")))
         span.end(end_time=max(end, start))
 
     def _custom(self, state: _RunSpans, step: Step, row: dict[str, Any], context: Any) -> None:
@@ -358,7 +371,7 @@ class OTelSink:
         span.set_attribute("tracemem.status", run.status)
         if run.status not in ("ok", "paused"):
             span.set_attribute("error.type", _error_type(run.error))
-            span.set_status(Status(StatusCode.ERROR, run.error or run.status))
+            span.set_status(Status(StatusCode.ERROR, self._described(run.error, f"run {run.status}")))
         if self.capture_content:
             if run.output_json is not None:
                 span.set_attribute("tracemem.output", run.output_json)

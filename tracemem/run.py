@@ -54,6 +54,7 @@ class Run:
         self.trace_id: Optional[str] = None
         self.continues: Optional[str] = None  # the run whose final state this run started from
         self.thread_id: Optional[str] = None  # the first run of the thread it continues (None: it continues none)
+        self.notes: list[str] = []  # what tracemem had to change, or could not store, of this run (runs.notes)
         self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
         self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
         self.pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)

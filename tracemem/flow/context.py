@@ -21,6 +21,7 @@ from ..ids import new_id
 from ..scope.tracked import unwrap
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
+from ..masking import credentials
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -136,6 +137,7 @@ class StageContext:
         request (`request_hash`: model name, messages, every option), so the call can be replayed
         later; when the run replays a record (`flow.fork(..., replay=True)`, a resumed stage's calls
         before its pause), a request found there is answered from it and the row says `replayed`."""
+        self._rec.state.secrets.update(credentials(model))  # masked in everything the step records
         name = getattr(model, "name", None)
         messages = [unwrap(m) for m in messages]  # a scope's tracked copies go out (and are hashed) as plain messages
         h = request_hash(name, messages, options)

@@ -63,10 +63,14 @@ class Pipeline(Generic[S]):
         self.nodes: list[Node] = []
 
     def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
-             description: Optional[str] = None, tool: bool = False, pause_before: bool = False) -> "Pipeline[S]":
+             description: Optional[str] = None, tool: bool = False, pause_before: bool = False,
+             timeout: Optional[float] = None) -> "Pipeline[S]":
         """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next; `pause_before=True` pauses the run
-        before it begins (`flow.resume` continues it, `ctx.answer` holds the answer)."""
-        spec = stage_spec(fn, id=id, name=name, description=description, tool=tool)
+        before it begins (`flow.resume` continues it, `ctx.answer` holds the answer). With `timeout` (seconds),
+        a stage still running after it fails its step with `StageTimeout` (see tracemem/flow/timeout.py: an
+        async stage is cancelled; a sync one runs in a worker thread that is abandoned, its later writes
+        discarded)."""
+        spec = stage_spec(fn, id=id, name=name, description=description, tool=tool, timeout=timeout)
         spec.pause_before = pause_before
         self.nodes.append(StageNode(spec))
         return self

@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, Union
 
 from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
+from ..masking import Masker, mask_step, run_masker
 from ..record import Decision, ResumePoint, Step, StepKind
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
@@ -45,6 +46,7 @@ from .steps import Abort, Begun, LoopState, Paused
 from .sinks import Sink
 from .spec import LoopNode, StageSpec, SubflowNode
 from .sync import run_sync
+from .timeout import call_with_timeout, detached
 
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
 
@@ -119,13 +121,14 @@ class Execution(ParallelSteps):
                                                    self.inputs, program.name)
         self.state = RunState(program.schema, data, self.salt)
         self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
+        notes: list[str] = []  # what had to change to store the input (e.g. escaped text)
         run = self.run = Run(
             run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
-            input_json=program.schema.dump_scope(recorded, self.salt), started_at=time.time_ns(),
+            input_json=self._masker(None).text(program.schema.dump_scope(recorded, self.salt, notes)),
+            started_at=time.time_ns(),
             subject=self.subject, parent_run_id=self.parent[0] if self.parent else None,
             parent_step=self.parent[1] if self.parent else None)
-        run.store = self.store
-        run.tools = program.tools
+        run.store, run.tools, run.notes = self.store, program.tools, notes
         if previous is not None:
             run.continue_from(previous)
         self._note_query(data)
@@ -140,7 +143,8 @@ class Execution(ParallelSteps):
         run.output = self.program.scope.model_construct(**data)
         failed = {s.step for s in run.steps if s.status != "ok"}
         run.output_json = self.program.schema.dump_output(data, [w for w in run.writes if w.step not in failed],
-                                                          self.salt)
+                                                          self.salt, run.notes)
+        run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
         self._note_query(data)
         for sink in self.sinks:
             sink.end_run(run)
@@ -177,16 +181,18 @@ class Execution(ParallelSteps):
         return begun
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
-        """Call the stage function with its view (and context, if it takes one)."""
+        """Call the stage function with its view (and context, if it takes one), within its timeout."""
         spec, rec = begun.spec, begun.rec
         call = fn or spec.fn
         view = self.program.view_class(rec)
-        if spec.takes_ctx:
-            ctx = StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env, self.store,
-                               begun.answers, begun.replay or self.replay, item=begun.item, events=self.events)
-            result = call(view, ctx)
-        else:
-            result = call(view)
+        ctx = spec.takes_ctx and StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env,
+                                              self.store, begun.answers, begun.replay or self.replay,
+                                              item=begun.item, events=self.events)
+        if spec.timeout is not None:  # an abandoned sync stage keeps writing into `rec`, which is then dropped
+            return await call_with_timeout((lambda: call(view, ctx)) if ctx else (lambda: call(view)), spec.id,
+                                           spec.timeout, spec.is_async, self.async_mode,
+                                           lambda: setattr(begun, "rec", detached(rec)))
+        result = call(view, ctx) if ctx else call(view)
         if spec.is_async:
             result = await result
         return result
@@ -212,13 +218,17 @@ class Execution(ParallelSteps):
         """Record a failed step (its reads, rows and logs kept, its writes never committed)."""
         if begun.rec.pause is not None:  # not a failure: `ctx.interrupt` ended the stage
             return self._pause(begun)
-        schema, data = self.program.schema, self.state.data
         own = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
-        message = schema.mask_secrets(str(own), data)
+        masker = self._masker(begun.rec)
+        message = masker.text(str(own))
         self._record(begun, "failed", message, None, None)
         if isinstance(error, TracememError) and not isinstance(error, StageError):
             return Abort(message, error)
-        return Abort(schema.mask_secrets(str(StageError(begun.spec.id, self.run.run_id, error)), data), error)
+        return Abort(masker.text(str(StageError(begun.spec.id, self.run.run_id, error))), error)
+
+    def _masker(self, rec: Optional[StepRecorder]) -> Masker:
+        """What masks the run's known secrets (tracemem/masking.py); empty when it has none."""
+        return run_masker(self.program.schema.secret, self.state.data, self.state.secrets, rec and rec.overlay)
 
     def _pause(self, begun: Begun) -> Paused:
         """Record a paused step (its reads, rows and logs kept, its writes never committed): the run pauses,
@@ -234,7 +244,9 @@ class Execution(ParallelSteps):
         step = Step(rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error,  # type: ignore[arg-type]
                     begun.started, ended or time.time_ns(), begun.routed_by, begun.child_run_id,
                     tuple(rec.logs) if rec.logs else ())
-        writes = rec.writes if status == "ok" else []
+        writes, rows = rec.writes if status == "ok" else [], rec.rows
+        if self.state.secrets or self.program.schema.secret:
+            step, writes, rows, decision = mask_step(self._masker(rec), step, writes, rows, decision)
         run.steps.append(step)
         if rec.reads:
             run.reads.extend(rec.reads)
@@ -242,10 +254,10 @@ class Execution(ParallelSteps):
             run.writes.extend(writes)
         if decision is not None:
             run.decisions.append(decision)
-        for table, row in rec.rows:
+        for table, row in rows:
             run.rows.setdefault(table, []).append(row)
         for sink in self.sinks:
-            sink.step_done(run, step, rec.reads, writes, decision, rec.rows)
+            sink.step_done(run, step, rec.reads, writes, decision, rows)
 
     # -- what each kind does around it ------------------------------------------------------
     async def _do_jump(self, ins: Instruction, pc: int) -> int:

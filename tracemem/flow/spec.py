@@ -30,13 +30,19 @@ class StageSpec:
     takes_ctx: bool = False
     tool: bool = False  # exported to OpenTelemetry as `execute_tool {name}`
     pause_before: bool = False  # a declared pause point: the run pauses before this stage begins
+    timeout: Optional[float] = None  # seconds; past it the step fails with StageTimeout (flow/timeout.py)
 
 
 def stage_spec(fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
-               description: Optional[str] = None, kind: StepKind = "stage", tool: bool = False) -> StageSpec:
+               description: Optional[str] = None, kind: StepKind = "stage", tool: bool = False,
+               timeout: Optional[float] = None) -> StageSpec:
     """Describe a stage function: id, name, async-ness, whether it takes the context."""
     if not callable(fn):
         raise PipelineError(f"a stage must be a function fn(scope) or fn(scope, ctx), got {fn!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < float("inf")):
+        raise PipelineError(f"stage '{id or getattr(fn, '__name__', fn)}': timeout must be a number of seconds "
+                            f"> 0, got {timeout!r}")
     inner = fn.func if isinstance(fn, functools.partial) else fn
     base = getattr(inner, "__name__", None) or type(inner).__name__
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
@@ -53,7 +59,8 @@ def stage_spec(fn: Callable[..., Any], *, id: Optional[str] = None, name: Option
         )
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
     return StageSpec(id=id or base, name=name or base, fn=fn, description=description or _doc(fn),
-                     kind=kind, is_async=is_async, takes_ctx=len(params) == 2, tool=tool)
+                     kind=kind, is_async=is_async, takes_ctx=len(params) == 2, tool=tool,
+                     timeout=None if timeout is None else float(timeout))
 
 
 def _signature(fn: Callable[..., Any]) -> str:

@@ -14,24 +14,27 @@ import copy
 from typing import Any, Optional
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ..errors import ScopeReadError, ScopeWriteError
 from ..record import Read, Write
 from .paths import Path, format_path
 from .schema import ScopeSchema, short_error
 from .tracked import SCALARS, track, unwrap
+from .unwritable import dump_escaped, refused, surrogate_error
 
 
 class RunState:
     """Committed scope data of a run plus, per field, the (step, seq) of its last write."""
 
-    __slots__ = ("schema", "data", "last_write", "salt")
+    __slots__ = ("schema", "data", "last_write", "salt", "secrets")
 
     def __init__(self, schema: ScopeSchema, data: dict[str, Any], salt: bytes) -> None:
         self.schema = schema
         self.data = data
         self.last_write: dict[str, tuple[int, int]] = {}
         self.salt = salt
+        self.secrets: set[str] = set()  # credentials of models the run called (masked in what it records)
 
 
 class StepRecorder:
@@ -111,10 +114,16 @@ class StepRecorder:
         except ValidationError as err:
             shown = "<redacted>" if name in schema.secret else value
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
-        if type(value) not in SCALARS and not schema.rebuilt(name):
-            value = _owned(value)
+        except RecursionError as err:
+            raise refused(self.stage, name, value, err) from None
+        try:
+            if type(value) not in SCALARS and not schema.rebuilt(name):
+                value = _owned(value)
+            dumped = schema.dump(name, value, self.state.salt)
+        except (RecursionError, PydanticSerializationError, UnicodeError) as err:
+            dumped = self._unstorable(name, name, value, err)
         self.seq += 1
-        self.writes.append(Write(self.step, self.seq, name, "set", schema.dump(name, value, self.state.salt)))
+        self.writes.append(Write(self.step, self.seq, name, "set", dumped))
         self.ops.append(((name,), "set", value))
         self.overlay[name] = value
         self.own[name] = self.seq
@@ -125,7 +134,7 @@ class StepRecorder:
 
     def mutate(self, path: Path, verb: str, value: Any = None, element: bool = False) -> Any:
         """Record an in-place change at `path` made through a tracked container."""
-        schema = self.state.schema
+        schema, where, dumped = self.state.schema, format_path(path), None
         if verb != "delete":
             adapter, rebuilt = schema.sub_adapter(path, element)
             raw = unwrap(value)
@@ -133,24 +142,38 @@ class StepRecorder:
                 value = raw if adapter is None else adapter.validate_python(raw)
             except ValidationError as err:
                 shown = "<redacted>" if path[0] in schema.secret else raw
-                raise ScopeWriteError(self.stage, format_path(path), shown, short_error(err)) from None
-            if type(value) not in SCALARS and not rebuilt:
-                value = _owned(value)
+                raise ScopeWriteError(self.stage, where, shown, short_error(err)) from None
+            except RecursionError as err:
+                raise refused(self.stage, where, raw, err) from None
+            try:
+                if type(value) not in SCALARS and not rebuilt:
+                    value = _owned(value)
+                dumped = schema.dump(path[0], value, self.state.salt)
+            except (RecursionError, PydanticSerializationError, UnicodeError) as err:
+                dumped = self._unstorable(path[0], where, value, err)
         root = path[0]
         proxy = self.proxies.get(root)
         if proxy is None:
             raise ScopeWriteError(
-                self.stage, format_path(path), value,
+                self.stage, where, value,
                 f"this copy of '{root}' was read before '{root}' was reassigned in the same stage; "
                 f"read scope.{root} again after assigning it",
             )
         self.seq += 1
-        dumped = None if verb == "delete" else schema.dump(root, value, self.state.salt)
-        self.writes.append(Write(self.step, self.seq, format_path(path), verb, dumped))
+        self.writes.append(Write(self.step, self.seq, where, verb, dumped))
         self.ops.append((path, verb, value))
         self.overlay[root] = proxy
         self.own[root] = self.seq
         return value
+
+    def _unstorable(self, root: str, path: str, value: Any, err: BaseException) -> str:
+        """A written value pydantic could not dump: text UTF-8 cannot hold is stored escaped (and the step's
+        logs say so); a value that contains itself or nests too deeply raises a ScopeWriteError naming the
+        field and the limit (scope/unwritable.py)."""
+        if not surrogate_error(err):
+            raise refused(self.stage, path, value, err) from None
+        schema, salt = self.state.schema, self.state.salt
+        return dump_escaped(lambda v: schema.dump(root, v, salt), value, path, self.logs)
 
     def commit(self) -> None:
         """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""

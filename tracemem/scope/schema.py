@@ -10,13 +10,16 @@ import hmac
 import json
 import types
 import typing
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Optional, Union
 
 import pydantic_core
 from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ..errors import TracememError
+from ..surrogates import ESCAPED, escape_surrogates
 from .paths import Path, root_of
+from .unwritable import refused, surrogate_error
 
 _NOT_VALIDATED = object()
 
@@ -126,11 +129,30 @@ class ScopeSchema:
             return redact(value, salt)
         return pydantic_core.to_json(value, fallback=_fallback).decode()
 
-    def dump_scope(self, data: dict[str, Any], salt: bytes) -> str:
-        """JSON text of scope data (all fields present in `data`, in model order)."""
-        return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields if k in data) + "}"
+    def dump_scope(self, data: dict[str, Any], salt: bytes, notes: Optional[list[str]] = None) -> str:
+        """JSON text of scope data (all fields present in `data`, in model order). With `notes`, text that
+        UTF-8 cannot hold is escaped and noted there (else it raises)."""
+        try:
+            return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields if k in data) + "}"
+        except (PydanticSerializationError, UnicodeError, RecursionError):
+            if notes is None:
+                raise
+        return "{" + ",".join(f"{json.dumps(k)}:{self._dump_field(k, data[k], salt, notes)}"
+                              for k in self.fields if k in data) + "}"
 
-    def dump_output(self, data: dict[str, Any], writes: list[Any], salt: bytes) -> str:
+    def _dump_field(self, root: str, value: Any, salt: bytes, notes: Optional[list[str]]) -> str:
+        try:
+            return self.dump(root, value, salt)
+        except (PydanticSerializationError, UnicodeError, RecursionError) as err:
+            if notes is None:
+                raise
+            if not surrogate_error(err):
+                raise refused("<run input or output>", root, value, err) from None
+            notes.append(f"field '{root}' of the run's input or output: {ESCAPED}")
+            return self.dump(root, escape_surrogates(value), salt)
+
+    def dump_output(self, data: dict[str, Any], writes: list[Any], salt: bytes,
+                    notes: Optional[list[str]] = None) -> str:
         """`runs.output`: the final value of each field the run set whole; the fields it changed
         only in place are named under "$partial" (their changes are in `writes`). Never the whole
         carried-over state, so a long conversation thread stores each message once."""
@@ -139,20 +161,9 @@ class ScopeSchema:
         for w in writes:
             root = root_of(w.path)
             (whole if w.verb == "set" and w.path == root else partial).add(root)
-        text = self.dump_scope({k: data[k] for k in whole}, salt)
+        text = self.dump_scope({k: data[k] for k in whole}, salt, notes)
         rest = sorted(partial - whole)
         return text if not rest else text[:-1] + ("," if len(text) > 2 else "") + f'"$partial":{json.dumps(rest)}' + "}"
-
-    def mask_secrets(self, text: str, data: dict[str, Any]) -> str:
-        """Error text is recorded: a secret field's value quoted in it is masked."""
-        for name in self.secret:
-            value = data.get(name)
-            raw = value.get_secret_value() if hasattr(value, "get_secret_value") else value
-            if isinstance(raw, bytes):
-                raw = raw.decode(errors="ignore")
-            if isinstance(raw, str) and len(raw) >= 4 and raw in text:
-                text = text.replace(raw, "<redacted>")
-        return text
 
     def resume(self, base: dict[str, Any], inputs: Any, pipeline: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """Starting scope of a run that continues an earlier one: its final state plus `inputs`."""
@@ -197,7 +208,7 @@ def redact(value: Any, salt: bytes) -> str:
     """The recorded form of a secret: a marker and a salted hash, never the value."""
     raw = value.get_secret_value() if isinstance(value, (SecretStr, SecretBytes)) else value
     if isinstance(raw, str):
-        raw = raw.encode()
+        raw = raw.encode("utf-8", "surrogatepass")
     elif not isinstance(raw, bytes):
         raw = pydantic_core.to_json(raw, fallback=_fallback)
     digest = hmac.new(salt, raw, hashlib.sha256).hexdigest()[:32]

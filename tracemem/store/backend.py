@@ -44,7 +44,7 @@ class Backend(Protocol):
     label: str  # the path the user gave (the file, not its snapshot copy)
     con: Any  # the connection tracemem's own SQL runs on (`?` parameters, DuckDB function names)
     write_lock: Any  # held around `insert` and `journal`
-    salt: bytes  # the store's secret salt (tracemem_meta)
+    salt: Optional[str]  # the store's secret salt (tracemem_meta), hex
     interrupted: list[str]  # runs found running under a dead writer when opened
     snapshot_of: Optional[str]
     snapshot_note: str
@@ -88,5 +88,5 @@ def open_backend(path: str, *, read_only: bool, lock: threading.RLock, lease: st
         return PgBackend(path, read_only=read_only, lock=lock, lease=lease, log=log, lease_seconds=lease_seconds)
     from .duck import DuckBackend
 
-    return DuckBackend(path, read_only=read_only, lock=lock, block_size=block_size,
+    return DuckBackend(path, read_only=read_only, lock=lock, lease=lease, block_size=block_size,
                        snapshot_if_locked=snapshot_if_locked, log=log)

@@ -7,6 +7,10 @@ one list of every run table's columns and types: the journal, the loader and
 retention all read it from here. `duration_ms` of runs, steps and model_calls is
 derived when a batch is inserted, never carried in the rows: from the recorded
 ns timestamps (a model call: its measured latency).
+
+A value Arrow or DuckDB cannot hold (see store/storable.py) fails the fast path;
+the batch is then built again with every value checked, and each change is noted
+on its run (`runs.notes`), in the same transaction as the rows themselves.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import pyarrow.compute as pc
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
+from .diagnose import is_data_error
+from .storable import Cleaner
 
 NS = pa.timestamp("ns")
 S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
@@ -32,7 +38,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
              ("continues_run_id", S), ("degraded", S), ("duration_ms", F), ("pending", J), ("resume_at", J),
              ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S), ("counterfactual", J),
-             ("thread_id", S)],
+             ("thread_id", S), ("lease", S), ("notes", pa.list_(S))],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S)), ("duration_ms", F)],
@@ -64,6 +70,8 @@ DERIVED = {t: frozenset({"duration_ms"}) for t in ("runs", "steps", "model_calls
 # never part of a row tuple (a tool call's duration_ms is measured around the tool, so it is given)
 GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED.get(t, ())]
                                                    for t, cols in COLUMNS.items()}
+JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("writes", "value"), ("decisions", "evidence"),
+                          ("prompts", "messages"), ("subflows", "inputs"), ("subflows", "outputs")})
 _HOST = socket.gethostname()
 
 
@@ -71,13 +79,14 @@ def _json(value: Any) -> Optional[str]:
     return None if value is None else json.dumps(value, default=str)
 
 
-def run_row(run: Run) -> tuple:
-    """The runs row (`GIVEN["runs"]` order) of a run."""
+def run_row(run: Run, lease: Optional[str] = None) -> tuple:
+    """The runs row (`GIVEN["runs"]` order) of a run; `lease` names the store opening that records it (crash
+    recovery tells live runs by it)."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
             run.subject, run.query, run.trace_id, run.continues, run.degraded, _json(run.pending),
             _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, _json(run.counterfactual),
-            run.thread_id)
+            run.thread_id, lease, list(run.notes) or None)
 
 
 def padded_run_row(row: Sequence[Any]) -> tuple:
@@ -89,21 +98,7 @@ def end_facts(run: Run) -> dict[str, Any]:
     """What the runs row learns when a run ends."""
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
             "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded, "pending": _json(run.pending),
-            "resume_at": _json(run.resume_at), "span_id": run.span_id}
-
-
-# What a run's end sets on its runs row, written earlier (durability "stage", a resumed run): one statement
-# text every backend runs (a resumed run keeps its earlier trace id unless it has a new one).
-FINISH_SQL = ("UPDATE runs SET status = ?, error = ?, ended_at = make_timestamp_ns(?), output = ?, query = ?, "
-              "trace_id = coalesce(?, trace_id), degraded = ?, pending = ?, resume_at = ?, "
-              "span_id = coalesce(?, span_id), duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?")
-
-
-def finish_params(run_id: str, end: dict[str, Any]) -> list[Any]:
-    """`FINISH_SQL`'s parameters for a run's end facts."""
-    return [end["status"], end["error"], end["ended_at"], end["output"], end["query"], end["trace_id"],
-            end.get("degraded"), end.get("pending"), end.get("resume_at"), end.get("span_id"), end["ended_at"],
-            run_id]
+            "resume_at": _json(run.resume_at), "span_id": run.span_id, "notes": list(run.notes) or None}
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
@@ -160,12 +155,23 @@ class Batch:
     """Rows waiting to be inserted: `rows` per table, and for the hot tables `cols`,
     filled column-wise straight from the run's record tuples (no per-row Python work)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease: Optional[str] = None) -> None:
+        self.lease = lease  # the store opening whose runs rows this batch writes
+        self.runs: dict[str, Run] = {}  # the live runs this batch holds rows of (told about notes it adds)
+        self.notes: dict[str, list[str]] = {}  # notes to add to runs rows already in the file (recovery)
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in GIVEN[t]] for t in COLUMNAR}
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
         self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
         self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
+
+    def merge(self, other: "Batch") -> None:
+        """Take another batch's rows (the journal replays each entry into its own, then merges it)."""
+        for table, rows in other.rows.items():
+            self.rows[table].extend(rows)
+        for table, cols in other.cols.items():
+            for target, values in zip(self.cols[table], cols):
+                target.extend(values)
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
@@ -200,7 +206,7 @@ class Batch:
         if progress.journal == "stage" or progress.resumed:
             self.finished.append((run.run_id, end_facts(run)))
         else:
-            self.rows["runs"].append(run_row(run))
+            self.rows["runs"].append(run_row(run, self.lease))
         if progress.journal is not None:
             self.journaled.append(run.run_id)
         self.add_part(run, progress.written, None, extra)
@@ -209,6 +215,7 @@ class Batch:
         """The run's record between two marks (None: its start / its end)."""
         s = start or (0, 0, 0, 0, {})
         e = end or mark_of(run)
+        self.runs[run.run_id] = run
         self.add_steps(run.run_id, run.steps[s[0]:e[0]], run.reads[s[1]:e[1]], run.writes[s[2]:e[2]],
                        run.decisions[s[3]:e[3]])
         if extra:
@@ -216,22 +223,65 @@ class Batch:
                 self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
 
     def insert(self, con: Any) -> None:
-        """Insert everything as one transaction of one Arrow batch per table."""
+        """Insert everything as one transaction of one Arrow batch per table; if a value cannot be held,
+        again with every value made storable and each change noted on its run."""
+        try:
+            self._insert(con, None)
+        except BaseException as err:
+            if not is_data_error(err):
+                raise
+            cleaner = Cleaner()
+            self._insert(con, cleaner)
+            for run_id, notes in cleaner.rendered().items():
+                if run_id in self.runs:
+                    self.runs[run_id].notes.extend(notes)
+
+    def _arrow(self, cleaner: Optional[Cleaner]) -> list[tuple[str, pa.Table]]:
+        tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
+        tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
+        out = []
+        for table, columns in tables:
+            cols = GIVEN[table]
+            if cleaner is None:
+                arrays = {c: pa.array(values, type=t) for (c, t), values in zip(cols, columns)}
+            else:
+                names = [c for c, _ in cols]
+                run_ids = list(columns[names.index("run_id")])
+                steps = list(columns[names.index("step")]) if "step" in names else None
+                arrays = {c: cleaner.column(table, c, t, (table, c) in JSON_COLUMNS, list(values), run_ids, steps)
+                          for (c, t), values in zip(cols, columns)}
+            arrays.update(_derived(table, arrays))
+            out.append((table, pa.Table.from_arrays(list(arrays.values()), names=list(arrays))))
+        return out
+
+    def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
+        tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         con.execute("BEGIN TRANSACTION")
         try:
-            tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
-            tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
-            for table, columns in tables:
-                arrays = {c: pa.array(values, type=t) for (c, t), values in zip(GIVEN[table], columns)}
-                arrays.update(_derived(table, arrays))
-                batch = pa.Table.from_arrays(list(arrays.values()), names=list(arrays))
+            for table, batch in tables:
                 con.register("_tracemem_batch", batch)
                 try:
-                    con.execute(f"INSERT INTO {table} ({', '.join(arrays)}) SELECT * FROM _tracemem_batch")
+                    con.execute(f"INSERT INTO {table} ({', '.join(batch.column_names)}) "
+                                f"SELECT * FROM _tracemem_batch")
                 finally:
                     con.unregister("_tracemem_batch")
-            for run_id, end in self.finished:
-                con.execute(FINISH_SQL, finish_params(run_id, end))
+            for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
+                values = [end["status"], end["error"], end["output"], end["query"], end.get("notes"), end.get("degraded")]
+                if cleaner is not None:
+                    values = [cleaner.one(run_id, f"runs.{c}", fix, v) for c, fix, v in zip(
+                        ("status", "error", "output", "query", "notes", "degraded"),
+                        ("text", "text", "json", "text", "texts", "text"), values)]
+                con.execute("UPDATE runs SET status = ?, error = ?, output = ?, query = ?, notes = ?, degraded = ?, "
+                            "ended_at = make_timestamp_ns(?), trace_id = coalesce(?, trace_id), pending = ?, "
+                            "resume_at = ?, span_id = coalesce(?, span_id), "
+                            "duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?",
+                            values + [end["ended_at"], end["trace_id"], end.get("pending"), end.get("resume_at"),
+                                      end.get("span_id"), end["ended_at"], run_id])
+            added = list(self.notes.items()) + list(cleaner.rendered().items() if cleaner is not None else ())
+            for run_id, notes in added:
+                notes = [n.encode("utf-8", "backslashreplace").decode("utf-8") for n in notes]
+                con.execute("UPDATE runs SET notes = list_concat(coalesce(notes, []::VARCHAR[]), ?::VARCHAR[]) "
+                            "WHERE run_id = ?", [notes, run_id])
             if self.journaled:
                 con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
                             [self.journaled])
@@ -240,5 +290,14 @@ class Batch:
                             "(SELECT unnest(?::INTEGER[]))", [run_id, steps])
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
+
+
+def rollback(con: Any) -> None:
+    """Roll back the open transaction, if DuckDB still has one (a failed COMMIT ends it, and a second
+    error from ROLLBACK would hide the first, e.g. ENOSPC behind "no transaction is active")."""
+    try:
+        con.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the caller raises the error that matters
+        pass

@@ -22,6 +22,7 @@ from ..dbmeta import get_meta, set_meta
 from ..errors import TracememError
 from ..memory import sql as memory_sql
 from .batch import Batch
+from .diagnose import open_error
 from .opening import connect, recover_dead_runs
 from .retention import export
 from .tables import open_schema
@@ -37,7 +38,7 @@ class DuckBackend:
     shared = False
     memory_sql = memory_sql
 
-    def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, block_size: int,
+    def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
                  snapshot_if_locked: bool, log: Callable[[str], None]) -> None:
         self.label = path
         self.read_only = read_only
@@ -54,16 +55,23 @@ class DuckBackend:
             # removed by close(); if setup fails or close() is never called, when this goes (or at exit)
             weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
         self._local = threading.local()
-        with lock:
-            open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
-            salt = get_meta(self.con, "secret_salt")
-            if salt is None and not read_only:
-                salt = os.urandom(16).hex()
-                set_meta(self.con, "secret_salt", salt)
-            self.salt = bytes.fromhex(salt or "00")
-            # runs left 'running' by a process that is gone: their journal is replayed, and those that
-            # never ended are marked interrupted
-            self.interrupted = [] if read_only else recover_dead_runs(self.con)
+        try:
+            with lock:
+                open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
+                salt = get_meta(self.con, "secret_salt")
+                if salt is None and not read_only:
+                    salt = os.urandom(16).hex()
+                    set_meta(self.con, "secret_salt", salt)
+                self.salt: Optional[str] = salt  # hex (the Store derives its key from it)
+                # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
+                # journal is replayed, and those that never ended are marked interrupted
+                self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
+        except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
+            self.con.close()
+            raise open_error(err, opened.snapshot_of or self.path) from None
+        except BaseException:
+            self.con.close()
+            raise
         # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
 

@@ -16,7 +16,8 @@ from typing import Any, Iterable, Optional
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-from .batch import Batch, Mark, end_facts, padded_run_row, run_row
+from ..text import clip
+from .batch import GIVEN, Batch, Mark, end_facts, padded_run_row, run_row
 
 
 def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
@@ -43,29 +44,41 @@ def part_entry(run: Run, start: Mark) -> str:
                                extra), default=str)
 
 
-def run_entry(run: Run) -> str:
+def run_entry(run: Run, lease: Optional[str] = None) -> str:
     extra = [(t, r) for t, rows in run.rows.items() for r in rows]
-    return json.dumps({"run": list(run_row(run)), **_content(run.steps, run.reads, run.writes, run.decisions,
+    return json.dumps({"run": list(run_row(run, lease)), **_content(run.steps, run.reads, run.writes, run.decisions,
                                                               extra)}, default=str)
 
 
 def replay(entries: Iterable[tuple[str, int, str, str]]) -> tuple[Batch, dict[str, Optional[dict[str, Any]]]]:
     """A batch holding what journal entries (run_id, step, kind, payload) recorded, and the runs that
-    ended: with their end facts, or None for a run journaled whole (its runs row is in the batch)."""
+    ended: with their end facts, or None for a run journaled whole (its runs row is in the batch).
+    An entry that cannot be read (edited, truncated) is left out and named in its run's notes."""
     batch = Batch()
     ends: dict[str, Optional[dict[str, Any]]] = {}
-    for run_id, _, kind, payload in entries:
-        data = json.loads(payload)
-        if kind == "end":
-            ends[run_id] = data
+    width = len(GIVEN["runs"])
+    for run_id, step, kind, payload in entries:
+        part = Batch()
+        try:
+            data = json.loads(payload)
+            if kind == "end":
+                ends[run_id] = dict(data)
+                continue
+            if kind == "run":
+                row = list(data["run"])[:width]
+                part.rows["runs"].append(padded_run_row(row))  # older entries: fewer columns
+            part.add_steps(run_id, [Step(*s[:11], tuple(s[11])) for s in data["steps"]],
+                           [Read(*r) for r in data["reads"]], [Write(*w) for w in data["writes"]],
+                           [Decision(*d) for d in data["decisions"]])
+            part.add_extra((t, r) for t, r in data["rows"])
+        except Exception as err:  # noqa: BLE001 - any malformed entry: keep the rest of the journal
+            batch.notes.setdefault(run_id, []).append(
+                f"step_journal entry ({kind}, step {step}) could not be read and was left out: "
+                f"{type(err).__name__}: {clip(str(err), 120)}; payload began {clip(repr(payload), 80)}")
             continue
         if kind == "run":
-            batch.rows["runs"].append(padded_run_row(data["run"]))
             ends[run_id] = None
-        batch.add_steps(run_id, [Step(*s[:11], tuple(s[11])) for s in data["steps"]],
-                        [Read(*r) for r in data["reads"]], [Write(*w) for w in data["writes"]],
-                        [Decision(*d) for d in data["decisions"]])
-        batch.add_extra((t, r) for t, r in data["rows"])
+        batch.merge(part)
     return batch, ends
 
 
@@ -76,6 +89,17 @@ def recover(con: Any, run_ids: list[str]) -> list[str]:
     entries = con.execute("SELECT run_id, step, kind, payload FROM step_journal WHERE run_id IN "
                           "(SELECT unnest(?::VARCHAR[])) ORDER BY run_id, step", [run_ids]).fetchall()
     batch, ends = replay(entries)
+    unreadable = [r for r in batch.notes if r not in ends]
+    if unreadable:  # a run whose runs row was only in an unreadable entry still gets one, saying so
+        have = {r for (r,) in con.execute("SELECT run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                                          [unreadable]).fetchall()}
+        have |= {row[0] for row in batch.rows["runs"]}
+        width = len(GIVEN["runs"])
+        for run_id in unreadable:
+            if run_id not in have:
+                row = [None] * width
+                row[0], row[3], row[4] = run_id, "interrupted", "its step_journal entry could not be read (see notes)"
+                batch.rows["runs"].append(tuple(row))
     batch.finished = [(run_id, end) for run_id, end in ends.items() if end is not None]
     batch.journaled = list(run_ids)
     batch.insert(con)

@@ -92,7 +92,7 @@ _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, 
     "runs": ("run_id", ["pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
                         "epoch_ns(ended_at)", "input", "output", "parent_run_id", "parent_step", "subject", "query",
                         "trace_id", "continues_run_id", "thread_id", "degraded", "pending", "resume_at",
-                        "forked_from_run_id", "forked_from_step", "span_id", "counterfactual"], "NULL", "NULL"),
+                        "forked_from_run_id", "forked_from_step", "span_id", "counterfactual", "notes"], "NULL", "NULL"),
     "children": ("parent_run_id", ["run_id"], "NULL", "epoch_ns(started_at)"),
     "steps": ("run_id", ["step", "stage", "name", "kind", "iteration", "status", "error", "epoch_ns(started_at)",
                          "epoch_ns(ended_at)", "routed_by", "child_run_id", "logs"], "step", "NULL"),
@@ -183,13 +183,13 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
     out: dict[str, Run] = {}
     for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
          subject, query, trace_id, continues, thread_id, degraded, pending, resume_at, forked_from, forked_step,
-         span_id, counterfactual) in heads:
+         span_id, counterfactual, notes) in heads:
         run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
                   schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
                   started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
         run.status, run.error, run.ended_at, run.output_json = status, error, ended, output_json
         run.query, run.trace_id, run.store, run.continues, run.thread_id = query, trace_id, store, continues, thread_id
-        run.degraded, run.span_id = degraded, span_id
+        run.degraded, run.span_id, run.notes = degraded, span_id, list(notes or ())
         run.pending = json.loads(pending) if pending is not None else None
         run.resume_at = json.loads(resume_at) if resume_at is not None else None
         run.forked_from_run_id, run.forked_from_step = forked_from, forked_step

@@ -1,25 +1,29 @@
 """Opening a store file: creating it, the one-writer lock, snapshot copies for readers,
-and recovering the runs a crashed process left behind."""
+and recovering the runs a crashed process left behind.
+
+Which error an open gives is decided by DuckDB's exception type and fixed wording
+(store/diagnose.py), never by a word that a path may contain. Crash recovery tells a
+dead run by its lease (the store opening that recorded it), not by its PID: a
+restarted container gets the same PID every time, but never the same lease.
+"""
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional
+from typing import Callable, Optional
 
 import duckdb
 
-from ..errors import TracememError
+from ..errors import StoreError, TracememError
+from .diagnose import first_line, is_data_error, lock_conflict, open_error, same_process_conflict
 from .journal import recover
 
 
-class StoreLockedError(TracememError):
-    """Another process holds the DuckDB file's write lock."""
+class StoreLockedError(StoreError):
+    """Another process (or another Store object of this process) holds the DuckDB file's write lock."""
 
 
 @dataclass
@@ -41,13 +45,10 @@ def connect(path: str, read_only: bool, block_size: int, snapshot_if_locked: boo
             duckdb.connect(path, config={"default_block_size": str(block_size)}).close()
         return Opened(duckdb.connect(path, read_only=read_only), path)
     except duckdb.Error as err:
-        text = str(err)
-        same_process = "different configuration" in text
-        if "lock" not in text.lower() and not same_process:
-            raise TracememError(f"cannot open {path}: {text.splitlines()[0]}") from None
-        pid = re.search(r"PID (\d+)", text)
-        holder = f"this process ({os.getpid()})" if same_process else \
-            f"process {pid.group(1)}" if pid else "another process"
+        same_process = same_process_conflict(err, path)
+        holder = f"this process ({os.getpid()})" if same_process else lock_conflict(err, path)
+        if holder is None:
+            raise open_error(err, path) from None
         if same_process and not (snapshot_if_locked and read_only):
             raise StoreLockedError(
                 f"{path} is already open for writing in this process; use that Store (store.sql(), "
@@ -78,36 +79,34 @@ def open_snapshot(path: str, holder: str) -> Opened:
     return Opened(con, copy, path, note)
 
 
-def recover_dead_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Replay the journal of runs whose process is gone; mark those that never ended interrupted."""
-    rows = con.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'").fetchall()
-    here = socket.gethostname()
-    dead = [r[0] for r in rows if not (r[2] == here and (r[1] == os.getpid() or _alive(r[1])))]
-    # runs journaled whole (flush_interval=0) whose process ended before its writer moved them
-    orphans = [run_id for run_id, payload in con.execute(
-        "SELECT run_id, payload FROM step_journal WHERE kind = 'run' AND run_id NOT IN "
-        "(SELECT run_id FROM runs)").fetchall()
-        if not _owned_here(json.loads(payload)["run"], here)]
-    unended = recover(con, dead + orphans)
-    for run_id in unended:
-        con.execute("UPDATE runs SET status = 'interrupted', error = 'process ended before the run did' "
-                    "WHERE run_id = ?", [run_id])
-    return dead
+def recover_dead_runs(con: duckdb.DuckDBPyConnection, live: frozenset[str],
+                      log: Callable[[str], None] = lambda message: None) -> list[str]:
+    """Replay the journal of runs no live opening of the file owns (`live`: the leases of this process's
+    open stores on it); mark those that never ended interrupted. Returns the runs found running.
 
-
-def _owned_here(row: list, host: str) -> bool:
-    """Whether a journaled run row (batch.GIVEN["runs"] order) belongs to a live process here."""
-    pid, row_host = row[11], row[12]
-    return row_host == host and (pid == os.getpid() or _alive(pid))
-
-
-def _alive(pid: Optional[int]) -> bool:
-    if not pid:
-        return False
+    Holding the file's write lock means no other process writes it, so a run left `running` by any
+    other opening (a crashed process, PID reused or not) can never finish into this file."""
+    rows = con.execute("SELECT run_id, lease FROM runs WHERE status = 'running'").fetchall()
+    dead = [run_id for run_id, lease in rows if lease not in live]
+    orphans = [run_id for (run_id,) in con.execute(  # journaled whole (flush_interval=0), never moved
+        "SELECT DISTINCT run_id FROM step_journal WHERE kind = 'run' AND run_id NOT IN (SELECT run_id FROM runs)"
+    ).fetchall()]
+    todo = dead + [r for r in orphans if r not in dead]
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        unended = recover(con, todo)
+    except Exception as err:  # noqa: BLE001 - one run's journal must not keep the file from opening
+        if not is_data_error(err):
+            raise
+        unended = []
+        for run_id in todo:
+            try:
+                unended += recover(con, [run_id])
+            except Exception as one:  # noqa: BLE001 - left in the journal, said in the log
+                if not is_data_error(one):
+                    raise
+                log(f"run {run_id}: its step_journal rows could not be recovered ({first_line(one)}); "
+                    f"they are kept in step_journal")
+    for run_id in unended:
+        con.execute("UPDATE runs SET status = 'interrupted', error = coalesce(error, "
+                    "'process ended before the run did') WHERE run_id = ?", [run_id])
+    return dead

@@ -12,7 +12,9 @@ the API, the tables and their columns are the same.
 Concurrency: any number of threads of one process may run flows into one Store.
 DuckDB lets one process write a file at a time; a second process opening it gets
 `StoreLockedError` naming the holder, or — with `read_only=True,
-snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it.
+snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it. A second
+writing Store on the same file in the same process is refused too (store/registry.py):
+share the first one.
 PostgreSQL takes any number of writing processes on any number of machines: each
 opening holds a lease, and runs of an opening whose lease expired are recovered and
 marked interrupted by the others (store/pg/lease.py).
@@ -28,22 +30,25 @@ from typing import Any, Callable, Iterable, Optional
 
 from pydantic import BaseModel
 
-from ..errors import TracememError
+from ..errors import StoreError, TracememError
 from ..ids import new_id
+from ..masking import hash_key
 from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-
 from .affected import AffectedReport, affected
-from .backend import Backend, open_backend
+from .backend import Backend, is_postgres_url, open_backend
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG
 from .blame import BlameReport, blame
 from .claims import claim, release
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .listing import list_runs
 from .load import load_run, load_runs, thread
+from .registry import caller, open_stores
 from .retention import PruneReport, prune, pruned_at
+from .signals import install_sigterm_flush
 from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
 from .tables import INDEX_FROM, index
@@ -57,25 +62,29 @@ class Store:
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
-                 snapshot_if_locked: bool = False,
-                 block_size: int = 16384, log: Callable[[str], None] = lambda message: None,
-                 lease_seconds: float = 10.0) -> None:
+                 snapshot_if_locked: bool = False, block_size: int = 16384,
+                 log: Callable[[str], None] = lambda message: None, max_queue: int = MAX_COST,
+                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG, lease_seconds: float = 10.0) -> None:
+        self.path = str(path)
         self.read_only = read_only
         self.durability = durability
         self.flush_interval = flush_interval  # 0: each run is on disk before flow.run returns
+        self.snapshot_of: Optional[str] = None
+        self.snapshot_note = ""
         self.lock = threading.RLock()
         self.block_size = block_size  # for new files: 16 KiB keeps a small agent's file small
-        self.lease = new_id()  # this opening of the store (PostgreSQL: its runs are recovered by it)
-        self._closed = False
-        # PostgreSQL: a dead writer's runs are marked interrupted within about `lease_seconds`
-        self.backend: Backend = open_backend(str(path), read_only=read_only, lock=self.lock, lease=self.lease,
-                                             block_size=block_size, snapshot_if_locked=snapshot_if_locked,
-                                             log=log, lease_seconds=lease_seconds)
-        self.path, self.con, self.salt = self.backend.path, self.backend.con, self.backend.salt
-        self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
-        self.interrupted = self.backend.interrupted  # runs a dead writer left running, recovered when opened
-        with self.lock:  # (a PostgreSQL schema is indexed from the start: store/pg/schema.py)
-            self.indexed = self.backend.shared or (False if self.read_only else index(self.con, log))
+        self.lease = new_id()  # this opening of the file: recorded on the runs it writes
+        self.closed = False
+        self._claim: Optional[str] = None
+        if not read_only and self.path != ":memory:" and not is_postgres_url(self.path):  # one writing Store
+            self._claim = open_stores.claim(self.path, caller())  # per file per process (PostgreSQL: any number)
+        try:
+            # PostgreSQL: a dead writer's runs are marked interrupted within about `lease_seconds`
+            self._open(read_only, snapshot_if_locked, log, lease_seconds)
+        except BaseException:
+            if self._claim is not None:
+                open_stores.release(self._claim)
+            raise
         self.memory = self._open_memory(embedder)
         if snapshot_embedder == "default":
             from ..memory import HashingEmbedder
@@ -87,8 +96,36 @@ class Store:
         self.log = log
         self._written = 0  # runs written since the store last checked whether it is big enough to index
         self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added, self.threads.recorded, self._grown)
+                             self.snapshots.added, self.lease, max_queue, max_batch, max_lag,
+                             on_end=self.threads.recorded, on_written=self._grown)
         atexit.register(_close_at_exit, weakref.ref(self))
+        if self._claim is not None:
+            open_stores.attach(self._claim, self)
+            if not open_stores.sigterm_installed:  # SIGTERM flushes queued runs, as exit does
+                open_stores.sigterm_installed = install_sigterm_flush(open_stores.flush_all)
+
+    def _open(self, read_only: bool, snapshot_if_locked: bool, log: Callable[[str], None],
+              lease_seconds: float) -> None:
+        """Open the database (store/backend.py: the schema checked, created or migrated, and runs a dead
+        writer left running recovered) and read its secret salt."""
+        self.backend: Backend = open_backend(self.path, read_only=read_only, lock=self.lock, lease=self.lease,
+                                             block_size=self.block_size, snapshot_if_locked=snapshot_if_locked,
+                                             log=log, lease_seconds=lease_seconds)
+        self.path, self.con = self.backend.path, self.backend.con
+        self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
+        self.interrupted = self.backend.interrupted  # runs found running under a dead writer's lease
+        try:
+            self.salt = hash_key(bytes.fromhex(self.backend.salt or "00"))  # see tracemem/masking.py
+            with self.lock:  # (a PostgreSQL schema is indexed from the start: store/pg/schema.py)
+                self.indexed = self.backend.shared or (False if self.read_only else index(self.con, log))
+        except ValueError:
+            self.backend.close()
+            raise StoreError(f"{self.path} has an unreadable secret_salt in tracemem_meta (hex expected); "
+                             f"restore it from a backup, or delete the row to start a new salt (hashes of "
+                             f"secrets recorded so far then no longer match new ones)") from None
+        except BaseException:
+            self.backend.close()
+            raise
 
     def __repr__(self) -> str:
         return f"<Store {self.path}{' (snapshot)' if self.snapshot_of else ''}>"
@@ -144,9 +181,9 @@ class Store:
 
     def close(self) -> None:
         """Write every queued run, stop the writer and close the file."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         try:
             self.writer.flush()
         finally:
@@ -156,6 +193,8 @@ class Store:
                     self.memory.close()  # writes the memory index files beside the DuckDB file
                 finally:
                     self.backend.close()
+            if self._claim is not None:
+                open_stores.release(self._claim, self)
 
     # -- reading ------------------------------------------------------------------
     def _cursor(self) -> Any:

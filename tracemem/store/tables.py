@@ -10,12 +10,12 @@ from typing import Callable
 import duckdb
 
 from ..dbmeta import META_DDL, get_meta, set_meta
-from ..errors import TracememError
+from ..errors import StoreError, TracememError
 from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -142,8 +142,16 @@ INDEXES: list[str] = [
     "CREATE INDEX IF NOT EXISTS runs_thread_id_idx ON runs (thread_id)",
 ]
 
+# Version 10 (hardening): which store opening recorded a run (crash recovery tells live runs by it, not by
+# the PID, which a restarted container reuses), and what tracemem had to change or could not store of it.
+V10_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN lease VARCHAR",
+    "ALTER TABLE runs ADD COLUMN notes VARCHAR[]",
+]
+
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
-                                    6: V6_MIGRATION, 7: V7_MIGRATION, 8: V8_MIGRATION, 9: V9_MIGRATION}
+                                    6: V6_MIGRATION, 7: V7_MIGRATION, 8: V8_MIGRATION, 9: V9_MIGRATION,
+                                    10: V10_MIGRATION}
 
 ALL_TABLES = RUN_TABLES + ("pruned_runs", "memories", "memory_events", "tracemem_meta")
 VIEWS = ("suspect_runs",)  # derived from the tables, never stored
@@ -176,7 +184,15 @@ def open_schema(con: duckdb.DuckDBPyConnection, path: str, read_only: bool,
         raise TracememError(
             f"{path} is not a tracemem store (it holds tables {shown} but no tracemem_meta format marker); "
             f"point tracemem at another path, e.g. --db agent.duckdb")
-    version = int(get_meta(con, "schema_version") or 0)
+    stored = get_meta(con, "schema_version")
+    try:
+        version = int(stored or 0)
+    except ValueError:
+        raise StoreError(
+            f"{path} has an unreadable schema_version {stored!r} in its tracemem_meta table (a whole number is "
+            f"expected), so tracemem cannot tell how to read it; if it was edited, set it back "
+            f"(UPDATE tracemem_meta SET value = '<version>' WHERE key = 'schema_version'), else restore a backup"
+        ) from None
     if version > SCHEMA_VERSION:
         raise TracememError(
             f"{path} was written by a newer tracemem (schema v{version}; this version reads up to "

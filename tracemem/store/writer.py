@@ -1,35 +1,49 @@
 """The writer: everything about getting runs from the runner to disk.
 
-It owns the queue of finished runs, the background thread that writes them in
-columnar batches, the step journal, and each run's progress towards its tables.
-The runner reaches it only through `StoreSink` (what `Store.sink()` returns).
+It owns the backlog of finished runs (store/backlog.py), the background thread that
+writes them in columnar batches, the step journal, and each run's progress towards
+its tables. The runner reaches it only through `StoreSink` (what `Store.sink()` returns).
 
 Durability "run" (default): a finished run is queued whole and written by the
-background thread within `flush_interval` seconds (and on flush/close/exit), so a
-crash loses at most the runs of that last interval and never half a run.
+background thread within `flush_interval` seconds (and on flush/close/exit/SIGTERM),
+so a crash loses at most the runs still queued and never half a run. The queue is
+bounded (`flow.run` waits for room), which bounds that loss; bench/store.py measures it.
 `flush_interval=0` journals each run before `flow.run` returns.
 Durability "stage": the run row is written when the run starts, and each finished
 stage is journaled before the next starts; reopening a file after a crash replays
 the journal and marks such a run `interrupted`.
+
+Nothing one run holds can stop the others: a batch that fails on a value is written
+run by run (store/batch.py makes values storable first, noting each change on its
+run); a run that still fails is written without its extra rows, or as its runs row
+alone, saying why in `runs.notes`. A failure of the file itself (disk full, I/O
+error) stops the store accepting runs, loudly, until a retry succeeds.
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Optional
 
-from ..errors import TracememError
+from ..errors import StoreError, TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
+from ..text import clip
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
+from .diagnose import first_line, storage_failure
 from .journal import end_entry, part_entry, run_entry, step_entry
 from .snapshots import embedding_rows
+
+RETRY_INTERVAL = 1.0  # seconds between the writer's retries once the file could not be written
 
 
 class Writer:
     """Writes finished runs (and journaled stages) into the store's tables."""
 
     def __init__(self, backend: Any, path: str, flush_interval: float, snapshot_embedder: Any,
-                 on_embeddings: Callable[[list[tuple]], None],
+                 on_embeddings: Callable[[list[tuple]], None], lease: Optional[str] = None,
+                 max_queue: int = MAX_COST, max_batch: int = BATCH_COST, max_lag: float = MAX_LAG,
                  on_end: Callable[[Run], None] = lambda run: None,
                  on_written: Callable[[int], None] = lambda count: None) -> None:
         self.backend = backend  # where batches and journal rows go (store/backend.py)
@@ -40,97 +54,158 @@ class Writer:
         self.on_embeddings = on_embeddings  # told about new run embeddings once they are in the tables
         self.on_end = on_end  # told about each run as it ends (the store keeps its state for resume=<run id>)
         self.on_written = on_written  # told how many runs each batch wrote, on this thread (the store grows)
+        self.lease = lease  # this opening of the file, recorded on every runs row (see opening.recover_dead_runs)
         self.progress: dict[str, Progress] = {}  # journaled runs not yet moved whole into the tables
         self.inflight: dict[str, Run] = {}  # durability "stage" runs still running
-        self.pending: list[Run] = []
+        self.backlog = Backlog(max_queue, max_batch, max_lag)
         self.errors: list[BaseException] = []
-        self.closed = False
-        self._cv = threading.Condition()
         self._drain_lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
 
     def sink(self, durability: str) -> "StoreSink":
         return StoreSink(self, durability)
 
+    @property
+    def pending(self) -> int:
+        """How many finished runs are queued for the writer."""
+        return len(self.backlog)
+
     # -- durable progress --------------------------------------------------------------
+    def check(self) -> None:
+        """Raise the store's failure if the file could not be written (flow.run stops accepting runs)."""
+        failure = self.backlog.failure
+        if failure is not None:
+            raise StoreError(str(failure)) from failure.__cause__
+
+    def _failed(self, err: BaseException, what: str) -> StoreError:
+        """A failure of the file itself: remembered (so the store stops accepting runs) and returned."""
+        failure = StoreError(
+            f"the store {self.path} stopped accepting runs: {what} failed because {storage_failure(err)}. "
+            f"Runs already returned by flow.run stay queued in memory and are retried every {RETRY_INTERVAL:g} s; "
+            f"free disk space (or fix the file's storage) before this process exits, or they are lost")
+        failure.__cause__ = err
+        return failure
+
     def write_now(self, batch: Batch) -> None:
         with self.lock:
             self.backend.insert(batch)
             if batch.rows["run_embeddings"]:
                 self.on_embeddings(batch.rows["run_embeddings"])
 
+    def write_durably(self, what: str, batch: Optional[Batch], journal: Optional[list[Any]] = None) -> None:
+        """Write a batch (or one journal row) now; a failure of the file stops the store."""
+        self.check()
+        try:
+            if batch is not None:
+                self.write_now(batch)
+            else:
+                with self.lock:
+                    self.backend.journal(*journal)
+        except Exception as err:
+            if storage_failure(err) is None:
+                raise
+            failure = self._failed(err, what)
+            self.backlog.failure = failure
+            raise failure from err
+
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         """One durable journal row (see store/journal.py)."""
-        with self.lock:
-            self.backend.journal(run_id, step, kind, payload)
+        self.write_durably(f"journaling run {run_id}", None, [run_id, step, kind, payload])
 
     # -- the queue -----------------------------------------------------------------------
     def enqueue(self, run: Run) -> None:
-        with self._cv:
-            self.pending.append(run)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
-                self._thread.start()
-            if len(self.pending) >= 256:
-                self._cv.notify()
+        """Queue a finished run for the background writer; waits while the queue is full."""
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
+                    self._thread.start()
+        self.backlog.put(run, cost_of(run))
 
     def _loop(self) -> None:
-        while True:
-            with self._cv:
-                if not self.pending and not self.closed:
-                    self._cv.wait(self.flush_interval if self.flush_interval > 0 else 0.05)
-                if self.closed and not self.pending:
-                    return
-            self.drain()
+        interval = self.flush_interval if self.flush_interval > 0 else 0.05
+        while self.backlog.wait_for_work(RETRY_INTERVAL if self.backlog.failure else interval):
+            try:
+                self.drain()
+            except BaseException as err:  # noqa: BLE001 - the thread must live on; flush() reports it
+                self.errors.append(err)
+                time.sleep(0.1)  # never spin on a failure that repeats
 
     def drain(self) -> None:
-        """Write every queued run now, in one batch (run by run if the batch fails)."""
+        """Write every run queued so far, in bounded batches (run by run where a batch fails)."""
         with self._drain_lock:
-            with self._cv:
-                runs, self.pending = self.pending, []
-            if not runs:
-                return
-            batch = Batch()
-            try:
-                for run in runs:
-                    batch.add_run(run, self.progress.get(run.run_id))
-                batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
-                self.write_now(batch)
-            except BaseException:
-                self._write_each(runs)
-                return
+            upto = self.backlog.seq
+            while True:
+                runs = self.backlog.take(upto)
+                if not runs or not self._write(runs):
+                    return
+
+    def _write(self, runs: list[Run]) -> bool:
+        """Write runs as one batch; False when the file failed (they are queued again)."""
+        try:
+            batch = Batch(self.lease)
             for run in runs:
-                self.progress.pop(run.run_id, None)
-            self.on_written(len(runs))
+                batch.add_run(run, self.progress.get(run.run_id))
+            batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
+            self.write_now(batch)
+        except BaseException as err:
+            if storage_failure(err) is not None:
+                self.backlog.put_back(runs, self._failed(err, f"writing {len(runs)} runs"))
+                return False
+            return self._write_each(runs)
+        for run in runs:
+            self.progress.pop(run.run_id, None)
+        self.backlog.written()
+        self.on_written(len(runs))
+        return True
 
-    def _write_each(self, runs: list[Run]) -> None:
+    def _write_each(self, runs: list[Run]) -> bool:
         """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
-        extra rows (e.g. a `model_calls` row with a wrong type) or query embedding cannot be written is
-        written without them; a run that still fails is kept queued. Errors are raised by the next flush()."""
+        extra rows or query embedding cannot be written is written without them; one that still fails is
+        written as its runs row alone; each says so in its notes. Errors are raised by the next flush()."""
         for i, run in enumerate(runs):
-            try:
-                self.write_now(self._run_batch(run, extra=True))
-                self.progress.pop(run.run_id, None)
-                continue
-            except BaseException as err:
-                first = err
-            try:
-                self.write_now(self._run_batch(run, extra=False))
-                self.progress.pop(run.run_id, None)
-                extra = ", ".join(sorted(run.rows) + (["query embedding"] if run.query else []))
-                self.errors.append(TracememError(
-                    f"run {run.run_id} of '{run.pipeline}' was written without its {extra}, which could not be "
-                    f"written: {first}"))
-            except BaseException as err:  # kept and raised by the next flush()
-                with self._cv:
-                    self.pending[:0] = runs[i:]
-                self.errors.append(TracememError(f"writing runs to {self.path} failed: {err}; they are kept queued"))
-                return
+            first: Optional[BaseException] = None
+            for level in ("whole", "without extras", "row only"):
+                kept = len(run.notes)
+                try:
+                    if first is not None:
+                        run.notes.append(self._loss_note(run, level, first))
+                    self.write_now(self._run_batch(run, level))
+                except BaseException as err:
+                    del run.notes[kept:]
+                    if storage_failure(err) is not None:
+                        self.backlog.put_back(runs[i:], self._failed(err, f"writing run {run.run_id}"))
+                        return False
+                    first = first or err
+                    continue
+                if first is not None:
+                    self.errors.append(TracememError(f"run {run.run_id} of '{run.pipeline}': {run.notes[-1]}"))
+                break
+            else:
+                self.errors.append(TracememError(f"run {run.run_id} of '{run.pipeline}' could not be written to "
+                                                 f"{self.path}: {first}"))
+            self.progress.pop(run.run_id, None)
+        self.backlog.written()
+        return True
 
-    def _run_batch(self, run: Run, extra: bool) -> Batch:
-        batch = Batch()
-        batch.add_run(run, self.progress.get(run.run_id), extra=extra)
-        if extra:
+    @staticmethod
+    def _loss_note(run: Run, level: str, err: BaseException) -> str:
+        why = f"{type(err).__name__}: {clip(first_line(err), 200)}"
+        if level == "without extras":
+            extra = ", ".join(sorted(t for t in run.rows if not t.startswith("_")) +
+                              (["query embedding"] if run.query else []))
+            return f"written without its {extra or 'extra rows'}, which could not be written: {why}"
+        return f"only its runs row was written; its steps, reads, writes and rows could not be: {why}"
+
+    def _run_batch(self, run: Run, level: str) -> Batch:
+        batch = Batch(self.lease)
+        if level == "row only":
+            progress = self.progress.get(run.run_id) or Progress()
+            batch.add_run(run, Progress(journal=progress.journal, written=mark_of(run)), extra=False)
+            return batch
+        batch.add_run(run, self.progress.get(run.run_id), extra=level == "whole")
+        if level == "whole":
             batch.add_embeddings(embedding_rows(self.snapshot_embedder, [run]))
         return batch
 
@@ -143,11 +218,11 @@ class Writer:
                 done = progress.done if progress is not None else None
                 if progress is None or done is None or done == progress.written:
                     continue
-                batch = Batch()
+                batch = Batch(self.lease)
                 batch.add_part(run, progress.written, done)
                 start = progress.written[0] if progress.written else 0
                 batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:done[0]]]))
-                self.write_now(batch)
+                self.write_durably(f"writing the finished stages of run {run.run_id}", batch)
                 progress.written = done
 
     def flush(self) -> None:
@@ -156,6 +231,9 @@ class Writer:
         if self.inflight:
             self.materialize()
         self.drain()
+        failure = self.backlog.failure
+        if failure is not None:
+            raise StoreError(f"{failure} ({len(self.backlog)} runs queued)") from failure.__cause__
         if self.errors:
             errors, self.errors = self.errors, []
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -163,11 +241,9 @@ class Writer:
 
     def stop(self) -> None:
         """Stop the background thread (after a final flush by the caller)."""
-        with self._cv:
-            self.closed = True
-            self._cv.notify_all()
+        self.backlog.close()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=30)
 
 
 class StoreSink:
@@ -180,6 +256,7 @@ class StoreSink:
         self.durability = durability
 
     def begin_run(self, run: Run) -> None:
+        self.writer.check()  # a store whose file failed accepts no new runs
         if run.resumed_from is not None:  # its runs row exists (claimed by flow.resume), its record so far too
             mark = run.resumed_from
             self.writer.progress[run.run_id] = Progress(written=mark, done=mark, resumed=True)
@@ -187,9 +264,10 @@ class StoreSink:
                 self.writer.inflight[run.run_id] = run
             return
         if self.durability == "stage":
-            batch = Batch()
-            batch.rows["runs"].append(run_row(run))
-            self.writer.write_now(batch)
+            batch = Batch(self.writer.lease)
+            batch.rows["runs"].append(run_row(run, self.writer.lease))
+            batch.runs[run.run_id] = run
+            self.writer.write_durably(f"starting run {run.run_id}", batch)
             self.writer.progress[run.run_id] = Progress()
             self.writer.inflight[run.run_id] = run
 
@@ -218,6 +296,6 @@ class StoreSink:
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             progress.journal = "stage"
         elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
-            writer.journal(run.run_id, 0, "run", run_entry(run))
+            writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
             writer.progress[run.run_id] = Progress(journal="run")
         writer.enqueue(run)

@@ -57,7 +57,7 @@ class PgBackend:
                 if not read_only:
                     set_pg_meta(self.con, "secret_salt", os.urandom(16).hex(), keep=True)
                 salt = self.con.execute("SELECT value FROM tracemem_meta WHERE key = 'secret_salt'").fetchone()
-                self.salt = bytes.fromhex(salt[0] if salt else "00")
+                self.salt: Optional[str] = salt[0] if salt else None  # hex
                 self.memory_sql = PgMemorySQL(embedding_type(self.con))
             self.interrupted: list[str] = []
             if not read_only:

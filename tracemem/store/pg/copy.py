@@ -21,10 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from ..batch import FINISH_SQL, GIVEN, Batch, finish_params, table_arrays
+from ..batch import GIVEN, Batch, table_arrays
 from .connection import PgConnection, PgError, first_line, quote_ident
 
 __all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK"]
+
+FINISH_SQL = ("UPDATE runs SET status = ?, error = ?, output = ?, query = ?, notes = ?, degraded = ?, "
+              "ended_at = make_timestamp_ns(?), trace_id = coalesce(?, trace_id), pending = ?, resume_at = ?, "
+              "span_id = coalesce(?, span_id), duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?")
 
 FEED_LOCK = 0x7473  # advisory-lock class: rows of a followed table (run_embeddings) get their seq in commit order
 _OPTIONS = pcsv.WriteOptions(include_header=False)
@@ -117,8 +121,14 @@ def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
             if table == "runs" and "lease" not in arrays:
                 arrays["lease"] = pa.array([lease] * len(columns[0]), pa.string())
             copy_table(con, table, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
-        if batch.finished:  # the runs rows these runs' ends complete (the DuckDB writer's statement)
-            con.executemany(FINISH_SQL, [finish_params(run_id, end) for run_id, end in batch.finished])
+        if batch.finished:  # the runs rows these runs' ends complete (the DuckDB writer's statement, batch.py)
+            con.executemany(FINISH_SQL, [[e["status"], e["error"], e["output"], e["query"], e.get("notes"),
+                                          e.get("degraded"), e["ended_at"], e["trace_id"], e.get("pending"),
+                                          e.get("resume_at"), e.get("span_id"), e["ended_at"], run_id]
+                                         for run_id, e in batch.finished])
+        for run_id, notes in batch.notes.items():  # what recovery had to leave out of a run, said on it
+            con.execute("UPDATE runs SET notes = coalesce(notes, '{}'::text[]) || ?::text[] WHERE run_id = ?",
+                        [notes, run_id])
         if batch.journaled:
             con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [batch.journaled])
         for run_id, steps in batch.journaled_steps:

@@ -7,9 +7,10 @@ one to one: VARCHAR → text, DOUBLE → double precision, TIMESTAMP_NS → time
 keeps microseconds), JSON → json (kept as written), FLOAT[] → real[], and the memory
 embedding is a pgvector `vector` when the server has the extension, else real[].
 
-PostgreSQL adds what many writers need: `runs.lease` and `step_journal.lease` name the store
-opening that wrote a row (crash recovery, pg/lease.py), `run_embeddings.seq` orders rows as
-they commit (other processes follow new snapshots by it), and indexes for lookups by run.
+PostgreSQL adds what many writers need: `step_journal.lease` names the store opening that
+wrote a row (crash recovery, pg/lease.py; `runs.lease` too, here from the start), and
+`run_embeddings.seq` orders rows as they commit (other processes follow new snapshots by it),
+and indexes for lookups by run.
 
 A few DuckDB functions that tracemem's shared SQL and the README recipes use are created in
 the store's schema (`COMPAT`), so one query text runs on both.
@@ -185,7 +186,10 @@ V9: list[str] = [
 ]
 
 # (store/tables.py's INDEXES, built there once a file is big, exist here from the start: V1 and the tables')
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9}
+# runs.lease is PostgreSQL's from its first version (V1); the file gains it here
+V10: list[str] = ["ALTER TABLE runs ADD COLUMN IF NOT EXISTS lease text", "ALTER TABLE runs ADD COLUMN notes text[]"]
+
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9, 10: V10}
 
 
 def memory_ddl(vector: str) -> list[str]:

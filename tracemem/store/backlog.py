@@ -1,0 +1,188 @@
+"""The backlog: finished runs waiting for the background writer, bounded so that a producer
+faster than the writer waits instead of piling up runs a crash would lose.
+
+`flow.run` waits in `put` while the queue is full. Its bound is in *cost*, an
+estimate of the writer's work: one unit per row, plus one per 64 characters of
+recorded text (a run writing a 20 kB value costs as much as ~300 small rows). The
+bound is the smaller of `max_cost` (memory) and what the writer can write in
+`max_lag` seconds at the rate it has been writing (time: a slow disk, or producers
+starving the writer of the GIL, shrink it; never below one batch). The oldest run
+not yet on disk may not be older than `max_lag` either. The writer `take`s at most
+`batch_cost` at a time, so no single insert holds the file (or a waiting
+`flow.run`) for long. A returned run thus waits for the disk about `max_lag` plus a
+batch or two: that lag is what a SIGKILL can lose. The backlog keeps its maximum
+(`status()`), which bench/store.py prints.
+
+Once writing fails because of the file (disk full, I/O error), `failure` is set:
+`put` raises it, so `flow.run` stops accepting runs loudly, while the runs already
+queued stay queued for the writer's retries.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import StoreError
+from ..run import Run
+
+MAX_COST = 64_000
+"""Default bound of the queue's cost: ~64k rows, or ~4 MB of recorded text."""
+MAX_LAG = 0.25
+"""Default bound, in seconds, of how long the oldest returned run may wait for the disk before flow.run waits."""
+BATCH_COST = 32_000
+"""Default bound of one batch (a single run larger than this is still written whole, alone)."""
+
+
+def cost_of(run: Run) -> int:
+    """The writer's work for a run: rows, plus one per 64 characters of JSON values and extra rows' text."""
+    rows = 1 + len(run.steps) + len(run.reads) + len(run.writes) + len(run.decisions)
+    text = len(run.input_json or "") + len(run.output_json or "")
+    for w in run.writes:
+        if w.value is not None:
+            text += len(w.value)
+    for extra in run.rows.values():
+        rows += len(extra)
+        for row in extra:
+            for value in row.values():
+                if type(value) is str:
+                    text += len(value)
+    return rows + text // 64
+
+
+@dataclass
+class BacklogStatus:
+    """A look at the backlog: queued runs and cost now, and how far behind the writer is and was."""
+
+    queued_runs: int
+    queued_cost: int
+    oldest_age_s: float  # how long the oldest run not yet on disk (queued or being written) has waited
+    peak_runs: int
+    peak_cost: int
+    peak_lag_s: float  # the longest any run waited between flow.run returning and being on disk
+    producer_waits: int  # times flow.run waited for room
+
+
+class Backlog:
+    """A FIFO of finished runs, bounded in cost; thread-safe."""
+
+    def __init__(self, max_cost: int = MAX_COST, batch_cost: int = BATCH_COST, max_lag: float = MAX_LAG) -> None:
+        if max_cost < 1 or batch_cost < 1 or not max_lag > 0:
+            raise StoreError(f"queue bounds must be positive, got max_queue={max_cost}, max_batch={batch_cost}, "
+                             f"max_lag={max_lag}")
+        self.max_cost, self.batch_cost, self.max_lag = max_cost, batch_cost, max_lag
+        self.failure: Optional[StoreError] = None  # set while the file cannot be written
+        self.closed = False
+        self._cv = threading.Condition()
+        self._items: deque[tuple[Run, int, float, int]] = deque()  # run, cost, queued at, sequence number
+        self._cost = 0
+        self.seq = 0  # the sequence number of the last run queued
+        self._taken_since: Optional[float] = None  # enqueue time of the oldest run being written
+        self._taken_at, self._taken_cost = 0.0, 0  # when the batch being written was taken, and its cost
+        self._rate: Optional[float] = None  # cost units the writer writes per second (moving average)
+        self._last_written: Optional[float] = None  # when the last batch was written, if runs were left queued
+        self._peak_runs = self._peak_cost = self._waits = 0
+        self._peak_lag = 0.0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, run: Run, cost: int) -> None:
+        """Queue a finished run; waits while the queue is full or too far behind (a run costlier than the
+        bound waits for an empty queue); raises the store's failure once writing has failed."""
+        with self._cv:
+            if self._full(cost) and self.failure is None:
+                self._waits += 1
+                self._cv.notify_all()  # the writer should not sleep out its interval now
+                while self._full(cost) and self.failure is None and not self.closed:
+                    self._cv.wait(0.5)
+            if self.failure is not None:
+                raise StoreError(str(self.failure)) from self.failure.__cause__
+            self.seq += 1
+            self._items.append((run, cost, time.monotonic(), self.seq))
+            self._cost += cost
+            if len(self._items) > self._peak_runs:
+                self._peak_runs = len(self._items)
+            if self._cost > self._peak_cost:
+                self._peak_cost = self._cost
+            if self._cost >= self.batch_cost:
+                self._cv.notify_all()
+
+    def _full(self, cost: int) -> bool:
+        items = self._items
+        rate_bound = 4 * self.batch_cost if self._rate is None else int(self._rate * self.max_lag)
+        bound = min(self.max_cost, max(self.batch_cost, rate_bound))  # until measured: four batches
+        if items and self._cost + cost > bound:
+            return True
+        oldest = self._taken_since if self._taken_since is not None else items[0][2] if items else None
+        return oldest is not None and time.monotonic() - oldest > self.max_lag
+
+    def take(self, upto: Optional[int] = None) -> list[Run]:
+        """The oldest runs (queued no later than sequence number `upto`), up to one batch's cost (at least
+        one run); they count as being written until `written` or `put_back`."""
+        with self._cv:
+            runs: list[Run] = []
+            cost = 0
+            items = self._items
+            while items and (upto is None or items[0][3] <= upto) and (
+                    not runs or cost + items[0][1] <= self.batch_cost):
+                run, c, at, _ = items.popleft()
+                if not runs:
+                    self._taken_since = at
+                runs.append(run)
+                cost += c
+            self._cost -= cost
+            self._taken_at, self._taken_cost = time.monotonic(), cost
+            return runs
+
+    def written(self) -> None:
+        """The runs last taken are on disk: make room for waiting producers."""
+        with self._cv:
+            now = time.monotonic()
+            if self._taken_since is not None:
+                self._peak_lag = max(self._peak_lag, now - self._taken_since)
+            # the rate the queue drains at: from the previous batch's end when the writer went straight on
+            # (the time between batches counts: producers take the GIL there), else from this batch's start
+            start = self._last_written if self._last_written is not None else self._taken_at
+            if self._taken_cost and now > start:
+                rate = self._taken_cost / (now - start)
+                self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+            self._last_written = now if self._items else None
+            self._taken_since = None
+            self.failure = None
+            self._cv.notify_all()
+
+    def put_back(self, runs: list[Run], failure: Optional[StoreError]) -> None:
+        """Runs taken but not written go back to the front (oldest first); `failure` says why."""
+        with self._cv:
+            at = self._taken_since if self._taken_since is not None else time.monotonic()
+            costs = [cost_of(r) for r in runs]
+            self._items.extendleft((r, c, at, 0) for r, c in zip(reversed(runs), reversed(costs)))
+            self._cost += sum(costs)
+            self._taken_since = None
+            self.failure = failure
+            self._cv.notify_all()
+
+    def wait_for_work(self, interval: float) -> bool:
+        """For the writer thread: sleep up to `interval` unless a batch's worth is queued or a producer
+        waits (after a failure: the full interval); False once closed."""
+        with self._cv:
+            if not self.closed and (self.failure is not None or (self._cost < self.batch_cost
+                                                                  and not self._full(0))):
+                self._cv.wait(interval)
+            return not self.closed
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+
+    def status(self) -> BacklogStatus:
+        with self._cv:
+            now = time.monotonic()
+            oldest = self._taken_since if self._taken_since is not None else (
+                self._items[0][2] if self._items else None)
+            return BacklogStatus(len(self._items), self._cost, 0.0 if oldest is None else now - oldest,
+                                 self._peak_runs, self._peak_cost, self._peak_lag, self._waits)
