@@ -1,6 +1,6 @@
 """Run every benchmark in bench/ and write bench/RESULTS.md: machine, versions, goals met or gap, full outputs.
 
-    python bench/run_all.py [--quick] [--only overhead,store,memory,snapshot,scale,peers] [--out PATH] [--timeout S]
+    python bench/run_all.py [--quick] [--only overhead,store,...] [--out PATH] [--timeout S]
 
 Each script runs as a subprocess with this interpreter (its output streams to
 the terminal as it runs); the headline figures are parsed from the text the
@@ -27,11 +27,15 @@ from typing import Optional
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
-SCRIPTS = ("overhead", "store", "memory", "snapshot", "scale", "peers")
+SCRIPTS = ("overhead", "store", "durable_candidates", "memory", "memory_scale", "snapshot", "scale", "blame",
+           "resume", "tools", "ui", "user_sql", "peers")
 # for scripts without a --quick flag of their own
 QUICK_ARGS = {"overhead": [("--runs", "200"), ("--reps", "2")],
               "store": [("--runs", "200"), ("--reps", "2"), ("--turns", "50")],
-              "snapshot": [("--sizes", "2000,10000"), ("--queries", "50")]}
+              "snapshot": [("--sizes", "2000,10000"), ("--queries", "50")],
+              "memory_scale": [("--smoke", "")], "blame": [("--runs", "5000"), ("--memories", "1000")],
+              "resume": [("--rounds", "100"), ("--reps", "2")], "ui": [("--runs", "2000"), ("--steps", "100")],
+              "user_sql": [("--runs", "200"), ("--queries", "20")]}
 PACKAGES = ("tracemem-agents", "duckdb", "numpy", "pydantic", "pyarrow", "opentelemetry-sdk",
             "langgraph", "langgraph-checkpoint-sqlite", "apache-burr")
 NUM = r"([0-9][0-9,]*\.?[0-9]*)"
@@ -87,7 +91,8 @@ def run_script(name: str, quick: bool, timeout: float) -> Result:
         if supports(help, "--quick"):
             args = ["--quick"]
         else:
-            args = [part for flag, value in QUICK_ARGS.get(name, []) if supports(help, flag) for part in (flag, value)]
+            args = [part for flag, value in QUICK_ARGS.get(name, []) if supports(help, flag)
+                    for part in ((flag, value) if value else (flag,))]
     if name == "overhead" and supports(help, "--otel") and otel_importable():
         args.append("--otel")
     res.argv = [f"bench/{name}.py", *args]
