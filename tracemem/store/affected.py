@@ -16,7 +16,7 @@ source reached it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..scope.paths import root_of
 from .sources import Source, parse_source
@@ -89,39 +89,29 @@ class _Record:
             self.children[(rid, step)] = child
 
 
+# Where each kind of source enters a run: (SQL giving run, step, how; its parameters from the source id).
+_ENTRIES: dict[str, tuple[str, Callable[[str], list[Any]]]] = {
+    "memory": ("SELECT run_id, step, 'memory ' || memory_id || ' injected' FROM memory_uses "
+               "WHERE memory_id = ? AND outcome = 'injected' UNION "
+               "SELECT run_id, step, 'memory ' || source_id || ' quoted in a prompt' FROM prompt_sections "
+               "WHERE source_kind = 'memory' AND source_id = ?", lambda i: [i, i]),
+    "run": ("SELECT run_id, step, 'loaded run ' || source_run_id || ' as a snapshot' FROM snapshot_uses "
+            "WHERE source_run_id = ?", lambda i: [i]),
+    "section": ("SELECT run_id, step, 'prompt section from ' || source_kind || ':' || source_id FROM prompt_sections "
+                "WHERE source_kind = ? AND source_id = ?", lambda i: list(i.partition(":")[::2])),
+    "model": ("SELECT run_id, step, 'called model ' || model FROM model_calls WHERE model = ?", lambda i: [i]),
+    "stage": ("SELECT s.run_id, s.step, 'ran stage ' || s.stage FROM steps s JOIN runs r USING (run_id) "
+              "WHERE s.stage = ? AND r.pipeline_hash = ? AND s.status = 'ok'", lambda i: list(i.rpartition("@")[::2])),
+    "tool": ("SELECT run_id, step, 'called tool ' || name FROM tool_calls WHERE name = ?", lambda i: [i]),
+    "pipeline": (f"SELECT run_id, {ALL}, 'ran pipeline version ' || pipeline_hash FROM runs WHERE pipeline_hash = ?",
+                 lambda i: [i]),
+}
+
+
 def _entries(con: Any, source: Source) -> list[tuple[str, int, str]]:
     """(run, step, how) where the source entered a run directly."""
-    k, i = source.kind, source.id
-    if k == "memory":
-        q = ["SELECT run_id, step, 'memory ' || memory_id || ' injected' FROM memory_uses "
-             "WHERE memory_id = ? AND outcome = 'injected'",
-             "SELECT run_id, step, 'memory ' || source_id || ' quoted in a prompt' FROM prompt_sections "
-             "WHERE source_kind = 'memory' AND source_id = ?"]
-        params: list[Any] = [i, i]
-    elif k == "run":
-        q = ["SELECT run_id, step, 'loaded run ' || source_run_id || ' as a snapshot' FROM snapshot_uses "
-             "WHERE source_run_id = ?"]
-        params = [i]
-    elif k == "section":
-        kind, _, sid = i.partition(":")
-        q = ["SELECT run_id, step, 'prompt section from ' || source_kind || ':' || source_id FROM prompt_sections "
-             "WHERE source_kind = ? AND source_id = ?"]
-        params = [kind, sid]
-    elif k == "model":
-        q = ["SELECT run_id, step, 'called model ' || model FROM model_calls WHERE model = ?"]
-        params = [i]
-    elif k == "stage":
-        stage, _, phash = i.rpartition("@")
-        q = ["SELECT s.run_id, s.step, 'ran stage ' || s.stage FROM steps s JOIN runs r USING (run_id) "
-             "WHERE s.stage = ? AND r.pipeline_hash = ? AND s.status = 'ok'"]
-        params = [stage, phash]
-    elif k == "tool":
-        q = ["SELECT run_id, step, 'called tool ' || name FROM tool_calls WHERE name = ?"]
-        params = [i]
-    else:  # pipeline version
-        q = [f"SELECT run_id, {ALL}, 'ran pipeline version ' || pipeline_hash FROM runs WHERE pipeline_hash = ?"]
-        params = [i]
-    return [tuple(r) for r in con.execute(" UNION ".join(q), params).fetchall()]  # type: ignore[misc]
+    sql, params = _ENTRIES[source.kind]
+    return [tuple(r) for r in con.execute(sql, params(source.id)).fetchall()]  # type: ignore[misc]
 
 
 def _propagate(record: _Record, run_id: str, entry_steps: dict[int, str], carried: set[str]
