@@ -124,6 +124,33 @@ def test_ui_bench_prints_its_figures() -> None:
     assert "goal ≤ 200 ms" in out and "goal ≤ 300 ms" in out
 
 
+def _postgres_unavailable() -> str:
+    """Why bench/postgres.py cannot start a server here ('' when it can)."""
+    if importlib.util.find_spec("psycopg") is None:
+        return "psycopg is not installed (pip install 'tracemem-agents[postgres]')"
+    from tracemem.store.pg.local import ServerUnavailable, find_binaries
+
+    try:
+        find_binaries()
+    except ServerUnavailable as err:
+        return str(err)
+    return ""
+
+
+@pytest.mark.slow  # starts its own server and a second process: ~15 s
+def test_postgres_bench_prints_its_figures_side_by_side() -> None:
+    why = _postgres_unavailable()
+    if why:
+        if os.environ.get("TRACEMEM_REQUIRE_PG") == "1":
+            pytest.fail(f"PostgreSQL is required here (TRACEMEM_REQUIRE_PG=1) but {why}")
+        pytest.skip(f"no PostgreSQL server: {why}")
+    out = run("bench/postgres.py", "--quick", "--no-fsync", timeout=600)
+    for line in ("duckdb, durability=run", "postgres, durability=run", "events/s", "flush_interval=0",
+                 "memory search", "from A's commit to B's recall returning it"):
+        assert line in out, line
+    assert out.count("postgres") >= 4 and out.count("duckdb") >= 4
+
+
 def test_resume_bench_prints_its_figures() -> None:
     out = run("bench/resume.py", "--rounds", "20", "--reps", "1")
     assert "## resume and fork from a file: a paused run of 41 recorded steps" in out

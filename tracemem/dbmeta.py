@@ -26,4 +26,5 @@ def get_meta(con: Any, key: str) -> Optional[str]:
 
 def set_meta(con: Any, key: str, value: str) -> None:
     """Set a value of `tracemem_meta`."""
-    con.execute("INSERT OR REPLACE INTO tracemem_meta VALUES (?, ?)", [key, value])
+    con.execute("INSERT INTO tracemem_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                "SET value = excluded.value", [key, value])

@@ -9,12 +9,13 @@ from typing import Any, Optional, Sequence
 import duckdb
 
 from ..errors import TracememError
-from . import accountability, data, explain, graph, memory, resume, runs, ui
+from . import accountability, copy, data, explain, graph, memory, resume, runs, ui
 from .common import Commands, common_options
 from .render import Visible, visible
 
 ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **accountability.COMMANDS, **data.COMMANDS,
-                              **memory.COMMANDS, **graph.COMMANDS, **resume.COMMANDS, **ui.COMMANDS}
+                              **memory.COMMANDS, **graph.COMMANDS, **resume.COMMANDS, **ui.COMMANDS,
+                              **copy.COMMANDS}
 
 
 def build_parser(extra: Optional[Commands] = None) -> argparse.ArgumentParser:

@@ -18,7 +18,8 @@ def common_options() -> argparse.ArgumentParser:
     """The options every command (and sub-command) takes, as an argparse parent."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS,
-                        help="store file (default: $TRACEMEM_DB or ./tracemem.duckdb)")
+                        help="store: a DuckDB file or a postgresql:// URL (default: $TRACEMEM_DB or "
+                             "./tracemem.duckdb)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable output (JSON; NaN and Infinity, which JSON lacks, become null; "
                              "times are ISO 8601 UTC strings)")
@@ -26,8 +27,14 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def db_path(args: argparse.Namespace) -> str:
-    """The store file a command works on: --db, else $TRACEMEM_DB, else ./tracemem.duckdb."""
+    """The store a command works on: --db (a file or a postgresql:// URL), else $TRACEMEM_DB, else
+    ./tracemem.duckdb."""
     return getattr(args, "db", None) or os.environ.get("TRACEMEM_DB") or "tracemem.duckdb"
+
+
+def is_url(path: str) -> bool:
+    """Whether --db names a PostgreSQL database rather than a file."""
+    return path.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(args: argparse.Namespace, write: bool = False) -> Any:
@@ -35,7 +42,7 @@ def open_store(args: argparse.Namespace, write: bool = False) -> Any:
     from ..store import Store
 
     path = db_path(args)
-    if path != ":memory:" and not os.path.exists(path):  # never create a store from a mistyped --db
+    if path != ":memory:" and not is_url(path) and not os.path.exists(path):  # never create one from a typo
         raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
     store = Store(path, read_only=not write, snapshot_if_locked=not write)
     if store.snapshot_of:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import duckdb
 import numpy as np
 
-from . import binding, fingerprint, persist, sql
+from . import binding, fingerprint, persist, shared, sql
 from .cache import IndexCache
 from .embedders import Embedder, HashingEmbedder
 from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
@@ -27,17 +27,13 @@ from .index import Shard, VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
                       check_subject, check_window, to_utc_naive)
 from .search import Exclusion, SearchResult, rank_shard, scored_records
-from ..dbmeta import META_DDL
 from ..times import utc_now
-from .tables import MEMORY_COLUMNS, MEMORY_DDL
+from .tables import MEMORY_COLUMNS
 
 __all__ = ["Memory", "DEFAULT_FLOOR"]
 
 DEFAULT_FLOOR = 60
 _DEFAULT: Any = object()
-
-
-_utcnow = utc_now
 
 
 def _row(rec: MemoryRecord) -> tuple[Any, ...]:
@@ -54,28 +50,29 @@ class Memory:
     def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock | None = None, *,
                  embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
                  clock: Callable[[], datetime] | None = None, read_only: bool = False,
-                 index_dir: str | Path | None = "auto") -> None:
+                 index_dir: str | Path | None = "auto", sql_ops: Any = None) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
         self.lock = lock if lock is not None else threading.RLock()
         self.embedder: Embedder | None = HashingEmbedder() if embedder is _DEFAULT else embedder
         self.floor = float(floor)
-        self._clock = clock or _utcnow
+        self._clock = clock or utc_now
+        self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's (PostgreSQL: store/pg/memory_sql.py)
         with self.lock:
             if not read_only:  # DuckDB refuses even CREATE ... IF NOT EXISTS on a read-only file
-                for stmt in [META_DDL, *MEMORY_DDL]:  # no-ops when the store already ran them
-                    con.execute(stmt)
+                self.sql.ensure_tables(con)  # no-ops when the store already created them
             binding.check_store_embedder(con, self.embedder)
+            self._seen = self.sql.last_event(con) if self.sql.SHARED else 0  # memory_events applied (shared.py)
             folder = persist.index_dir(con) if index_dir == "auto" else None if index_dir is None else Path(index_dir)
-        self._cache = IndexCache(con, folder=folder, writable=not read_only)
+        self._cache = IndexCache(con, folder=folder, writable=not read_only, ops=self.sql)
 
     def reembed(self, embedder: Embedder) -> int:
         """Switch the store to another embedder: every vector is recomputed, the index rebuilt."""
         with self.lock:
             if embedder is None:
                 raise MemoryInputError("reembed() needs an embedder")
-            n = binding.reembed_all(self.con, embedder)
+            n = binding.reembed_all(self.con, embedder, ops=self.sql)
             self.embedder = embedder
             self.rebuild_index()
             return n
@@ -84,6 +81,7 @@ class Memory:
     def rebuild_index(self) -> int:
         """Rebuild the in-process index (and its files) from DuckDB, embedding any record stored without a vector."""
         with self.lock:
+            self._seen = self.sql.last_event(self.con) if self.sql.SHARED else 0
             return self._cache.rebuild(self.embedder)
 
     def save_index(self) -> list[str]:
@@ -164,9 +162,9 @@ class Memory:
         rows = [_row(r) for r in recs]
         with self.lock:
             index = self._loaded()
-            with sql.bulk_wal(self.con, len(rows)), sql.transaction(self.con):
-                added = sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
-                sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
+            with self.sql.bulk_wal(self.con, len(rows)), self.sql.transaction(self.con):
+                added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
+                self.sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
                                              for r in recs])
                 if vecs is not None:
                     binding.bind(self.con, self.embedder)
@@ -199,11 +197,11 @@ class Memory:
                 new = new.model_copy(update={"embedder_id": self.embedder.embedder_id})
             index = self._loaded()
             oldv, newv = old.audit_view(), new.audit_view()
-            with sql.transaction(self.con):
+            with self.sql.transaction(self.con):
                 before = fingerprint.of_ids(self.con, [memory_id])
-                sql.update_record(self.con, memory_id, db_fields)
+                self.sql.update_record(self.con, memory_id, db_fields)
                 after = fingerprint.of_ids(self.con, [memory_id])
-                sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
+                self.sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
                                               {k: newv[k] for k in changed}, run_id, now, reason), *extra_events])
             self._cache.note([(s, fp, -1) for s, fp in before.items()], [(s, fp, +1) for s, fp in after.items()])
             if new.forgotten:
@@ -265,13 +263,13 @@ class Memory:
             old = self.get(memory_id)
             now = to_utc_naive(self._clock(), "clock()")
             index = self._loaded()
-            with sql.transaction(self.con):
+            with self.sql.transaction(self.con):
                 gone = fingerprint.of_ids(self.con, [memory_id])
                 self.con.execute("DELETE FROM memories WHERE memory_id = ?", [memory_id])
                 self.con.execute("UPDATE memory_events SET old = CASE WHEN old IS NULL THEN NULL ELSE '{\"purged\": true}' END, "
                                  "new = CASE WHEN new IS NULL THEN NULL ELSE '{\"purged\": true}' END "
                                  "WHERE memory_id = ? AND event NOT IN ('supersedes')", [memory_id])
-                sql.insert_events(self.con, [(memory_id, "purge", None, None, run_id, now, reason)])
+                self.sql.insert_events(self.con, [(memory_id, "purge", None, None, run_id, now, reason)])
             self._cache.note([(s, fp, -1) for s, fp in gone.items()])
             index.retire(old.subject, memory_id)
 
@@ -279,7 +277,7 @@ class Memory:
     def get(self, memory_id: str) -> MemoryRecord:
         """The record, forgotten or not; MemoryNotFoundError if it never existed or was purged."""
         with self.lock:
-            rows = sql.fetch_records(self.con, "memory_id = ?", [memory_id])
+            rows = self.sql.fetch_records(self.con, "memory_id = ?", [memory_id])
         if not rows:
             raise MemoryNotFoundError(f"no memory {memory_id!r} (never stored, or purged: see history())")
         return _record(rows[0])
@@ -325,7 +323,7 @@ class Memory:
             clause += f" LIMIT {int(limit)}"
         clause += f" OFFSET {int(offset)}"
         with self.lock:
-            rows = sql.fetch_records(self.con, clause, params)
+            rows = self.sql.fetch_records(self.con, clause, params)
         return [_record(r) for r in rows]
 
     def subjects(self) -> list[str]:
@@ -336,7 +334,7 @@ class Memory:
 
     # -- search ----------------------------------------------------------------------------
     def _fetch(self, ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        return sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
+        return self.sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
 
     def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
                limit: int | None = 10, now: datetime | None = None) -> SearchResult:
@@ -350,6 +348,8 @@ class Memory:
         emb = self.embedder
         reason: str | None = None
         with self.lock:
+            if self.sql.SHARED:  # apply what other processes changed since the last search (memory/shared.py)
+                self._seen = shared.catch_up(self._loaded(), self.sql, self.con, self._seen)
             shard = self._loaded().shard(subject)
             qvec = None
             if semantic:

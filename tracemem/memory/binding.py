@@ -67,14 +67,15 @@ def given_vector(emb: Embedder | None, embedding: Any, embedder_id: str | None) 
     return check_vectors(embedding, dim=emb.dim, n=1)
 
 
-def reembed_all(con: duckdb.DuckDBPyConnection, emb: Embedder, batch: int = 512) -> int:
-    """Replace every stored vector (forgotten records too) with `emb`'s, and rebind the store."""
+def reembed_all(con: duckdb.DuckDBPyConnection, emb: Embedder, batch: int = 512, ops: Any = sql) -> int:
+    """Replace every stored vector (forgotten records too) with `emb`'s, and rebind the store
+    (`ops`: the store's memory SQL, memory/sql.py by default)."""
     rows = con.execute("SELECT memory_id, text FROM memories ORDER BY memory_id").fetchall()
-    with sql.transaction(con):
+    with ops.transaction(con):
         for start in range(0, len(rows), batch):
             chunk = rows[start:start + batch]
             vecs = embed(emb, [t for _, t in chunk])
             assert vecs is not None
-            sql.write_embeddings(con, [m for m, _ in chunk], vecs, emb.embedder_id)
+            ops.write_embeddings(con, [m for m, _ in chunk], vecs, emb.embedder_id)
         bind(con, emb, force=True)
     return len(rows)

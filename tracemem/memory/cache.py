@@ -47,8 +47,10 @@ def _random_access(entry: dict[str, Any]) -> tuple[str, ...]:
 class IndexCache:
     """Owns the in-process index of one Memory and the shard files that persist it."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, *, folder: Path | None, writable: bool) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, *, folder: Path | None, writable: bool,
+                 ops: Any = sql) -> None:
         self.con = con
+        self.ops = ops  # the store's memory SQL (memory/sql.py, or PostgreSQL's)
         self.folder = folder
         self.writable = writable
         self.index: VectorIndex | None = None
@@ -130,7 +132,7 @@ class IndexCache:
 
     def _build(self, embedder: Embedder | None, subjects: Sequence[str] | None) -> dict[str, Shard]:
         """Shards for the subjects' live rows, read from DuckDB (records without a vector are embedded)."""
-        recs, vecs = sql.load_live(self.con, subjects)
+        recs, vecs = self.ops.load_live(self.con, subjects)
         dim = embedder.dim if embedder else None
         matrix = None
         if dim is not None and embedder is not None:
@@ -148,8 +150,8 @@ class IndexCache:
                 assert new is not None
                 matrix[missing] = new
                 if self.writable:
-                    with sql.transaction(self.con):
-                        sql.write_embeddings(self.con, [recs[i][0] for i in missing], new, embedder.embedder_id)
+                    with self.ops.transaction(self.con):
+                        self.ops.write_embeddings(self.con, [recs[i][0] for i in missing], new, embedder.embedder_id)
                         binding.bind(self.con, embedder)
                 for i in missing:
                     recs[i] = recs[i][:_EMBEDDER_ID] + (embedder.embedder_id,) + recs[i][_EMBEDDER_ID + 1:]

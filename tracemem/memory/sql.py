@@ -21,10 +21,13 @@ import pyarrow as pa
 
 from . import fingerprint
 from .fingerprint import Fingerprint
-from .tables import MEMORY_COLUMNS
+from ..dbmeta import META_DDL
+from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
 __all__ = ["transaction", "bulk_wal", "insert_records", "insert_events", "fetch_records", "load_live",
-           "update_record", "write_embeddings", "get_meta", "set_meta"]
+           "update_record", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "SHARED"]
+
+SHARED = False  # one process writes a DuckDB file: its index is the truth (see memory/shared.py)
 
 _COLS = ", ".join(MEMORY_COLUMNS)
 _names = itertools.count()
@@ -231,4 +234,11 @@ def get_meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
 
 
 def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
-    con.execute("INSERT OR REPLACE INTO tracemem_meta (key, value) VALUES (?, ?)", [key, value])
+    con.execute("INSERT INTO tracemem_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                "SET value = excluded.value", [key, value])
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the memory tables if missing (the store already has; a bare connection in tests may not)."""
+    for stmt in [META_DDL, *MEMORY_DDL]:
+        con.execute(stmt)

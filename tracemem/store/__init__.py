@@ -1,4 +1,5 @@
-"""The DuckDB store: tables, batched writer, journal, loading, retention, snapshots."""
+"""The store: tables, batched writer, journal, loading, retention, snapshots — in a DuckDB file, or in
+PostgreSQL for a fleet (store/backend.py is the seam between them, store/pg/ the PostgreSQL side)."""
 from .opening import StoreLockedError
 from .retention import PruneReport
 from .store import Store

@@ -121,6 +121,14 @@ def _derived(table: str, arrays: dict[str, pa.Array]) -> dict[str, pa.Array]:
     return {}
 
 
+def table_arrays(table: str, columns: Sequence[Sequence[Any]]) -> dict[str, pa.Array]:
+    """A table's batch as Arrow arrays by column name: the given columns (`GIVEN` order) and the derived
+    ones (what every backend inserts)."""
+    arrays = {c: pa.array(values, type=t) for (c, t), values in zip(GIVEN[table], columns)}
+    arrays.update(_derived(table, arrays))
+    return arrays
+
+
 COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
 
 Mark = tuple[int, int, int, int, dict[str, int]]  # counts of steps, reads, writes, decisions, rows per table

@@ -87,19 +87,20 @@ def blame(con: Any, *, path: str = "answer", where: Optional[dict[str, Any]] = N
             params.append(utc_naive(when))
     sources = SOURCES_SQL + ("\n    UNION SELECT run_id, 'tool', name FROM tool_calls "
                              "WHERE run_id IN (SELECT run_id FROM family)" if tool_sources else "")
+    # each judged run's latest judgement (a window, not DuckDB's arg_max: the same SQL runs on PostgreSQL)
+    latest = f"""SELECT run_id, bad FROM (
+            SELECT f.run_id, (f.verdict = 'wrong' OR (f.verdict = 'score' AND f.score < 0.5)) AS bad,
+                   row_number() OVER (PARTITION BY f.run_id ORDER BY f."at" DESC) AS nth
+            FROM feedback f JOIN runs r USING (run_id) WHERE {' AND '.join(clauses)}) judgements WHERE nth = 1"""
     rows = con.execute(f"""
-        WITH RECURSIVE judged AS (
-            SELECT f.run_id, arg_max(f.verdict = 'wrong' OR (f.verdict = 'score' AND f.score < 0.5), f."at") AS bad
-            FROM feedback f JOIN runs r USING (run_id) WHERE {' AND '.join(clauses)} GROUP BY f.run_id),
+        WITH RECURSIVE judged AS ({latest}),
         family(root, run_id) AS (  -- a judged run and its subflow runs
             SELECT run_id, run_id FROM judged
             UNION ALL SELECT fa.root, r.run_id FROM runs r JOIN family fa ON r.parent_run_id = fa.run_id),
         used AS (SELECT DISTINCT fa.root AS run_id, s.kind, s.id FROM ({sources}) s JOIN family fa USING (run_id))
         SELECT u.kind, u.id, count(*) FILTER (WHERE j.bad), count(*) FILTER (WHERE NOT j.bad)
         FROM used u JOIN judged j USING (run_id) GROUP BY u.kind, u.id""", params).fetchall()
-    totals = con.execute(f"""SELECT count(*) FILTER (WHERE bad), count(*) FILTER (WHERE NOT bad) FROM (
-        SELECT arg_max(f.verdict = 'wrong' OR (f.verdict = 'score' AND f.score < 0.5), f."at") AS bad
-        FROM feedback f JOIN runs r USING (run_id) WHERE {' AND '.join(clauses)} GROUP BY f.run_id)""",
+    totals = con.execute(f"SELECT count(*) FILTER (WHERE bad), count(*) FILTER (WHERE NOT bad) FROM ({latest}) j",
                          params).fetchall()[0]
     wrong, right = int(totals[0]), int(totals[1])
     ranked = []

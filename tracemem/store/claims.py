@@ -15,15 +15,19 @@ from typing import Any, Optional
 __all__ = ["claim", "release"]
 
 
-def claim(con: Any, run_id: str, steps: int) -> tuple[bool, str, Optional[int], Optional[str]]:
+def claim(con: Any, run_id: str, steps: int, lease: Optional[str] = None) -> tuple[bool, str, Optional[int],
+                                                                                  Optional[str]]:
     """Claim a paused or interrupted run holding `steps` recorded steps (the record the caller loaded) for
     this process: (True, 'running', None, None) when won, else (False, status, pid, host) of the run as
     it stands — status 'missing' when there is no such run, 'changed' when it holds other steps by now
-    (someone resumed it meanwhile)."""
-    won = con.execute("UPDATE runs SET status = 'running', pid = ?, host = ? "
+    (someone resumed it meanwhile). `lease`: the store opening taking it, where runs carry one
+    (PostgreSQL: a run running under a dead opening's lease is recovered by others, store/pg/lease.py)."""
+    leased = ", lease = ?" if lease is not None else ""
+    won = con.execute(f"UPDATE runs SET status = 'running', pid = ?, host = ?{leased} "
                       "WHERE run_id = ? AND status IN ('paused', 'interrupted') "
                       "AND (SELECT count(*) FROM steps s WHERE s.run_id = ?) = ? RETURNING pid",
-                      [os.getpid(), socket.gethostname(), run_id, run_id, steps]).fetchall()
+                      [os.getpid(), socket.gethostname(), *([lease] if lease is not None else []), run_id, run_id,
+                       steps]).fetchall()
     if won:
         return True, "running", None, None
     row = con.execute("SELECT status, pid, host, (SELECT count(*) FROM steps s WHERE s.run_id = ?) "

@@ -43,8 +43,10 @@ def list_runs(con: Any, *, pipeline: Optional[str] = None, status: Optional[str]
     if limit <= 0:
         return []
     # the oldest start among the rows inserted last (rowids follow insertion): a guess at the cut-off
-    total = first_row(con.execute("SELECT count(*) FROM runs"))[0]
-    cut = first_row(con.execute("SELECT min(started_at) FROM runs WHERE rowid >= ?", [total - (8 * limit + 64)]))
+    cut = None  # (PostgreSQL has no rowid; it reads the newest runs by its index on started_at)
+    if getattr(con, "dialect", "duckdb") != "postgres":  # store/pg/connection.py
+        total = first_row(con.execute("SELECT count(*) FROM runs"))[0]
+        cut = first_row(con.execute("SELECT min(started_at) FROM runs WHERE rowid >= ?", [total - (8 * limit + 64)]))
     rel = None
     rows: list[tuple] = []
     for guess in ([cut[0]] if cut and cut[0] is not None else []) + [None]:

@@ -107,16 +107,36 @@ _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, 
 def _query(n: int, empty: frozenset[str] = frozenset()) -> str:
     """The one query of a load of n runs (ids as $1..$n, or as one list $1 when many), leaving out the
     tables known to be empty (a lookup in an empty table still costs its share of the plan)."""
-    ids = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"
-    branches = []
-    for name, (key, cols, step, seq) in _READ.items():
-        table = "runs" if name == "children" else name
-        if table in empty and name != "runs":
-            continue
-        picked = ", ".join(f'{c} AS "{name}.{i}"' for i, c in enumerate(cols))
-        branches.append(f"(SELECT '{name}' AS _t, {key} AS _run, {step} AS _step, {seq} AS _seq, rowid AS _rowid, "
-                        f"{picked} FROM {table} WHERE {key} IN ({ids}))")
-    return " UNION ALL BY NAME ".join(branches)  # sorted in Python: a sort of wide rows costs DuckDB more
+    return " UNION ALL BY NAME ".join(_branch(name, n) for name in _READ  # sorted in Python: a sort of
+                                      if ("runs" if name == "children" else name) not in empty or name == "runs")
+
+
+def _branch(name: str, n: int, rowid: str = "rowid") -> str:
+    key, cols, step, seq = _READ[name]
+    ids = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"  # wide rows
+    picked = ", ".join(f'{c} AS "{name}.{i}"' for i, c in enumerate(cols))  # costs DuckDB more
+    return (f"(SELECT '{name}' AS _t, {key} AS _run, {step} AS _step, {seq} AS _seq, {rowid} AS _rowid, "
+            f"{picked} FROM {'runs' if name == 'children' else name} WHERE {key} IN ({ids}))")
+
+
+# PostgreSQL has no UNION BY NAME nor rowid: a query per table, each row widened to the union's columns, and
+# the row's physical place standing for its insertion order (rows are appended by COPY, never moved)
+_CTID = "((ctid::text::point)[0]::bigint * 65536 + (ctid::text::point)[1]::bigint)"
+
+
+def _rows(con: Any, ids: list[str]) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of a load, as `_query` gives them, one query per table (PostgreSQL)."""
+    names = ["_t", "_run", "_step", "_seq", "_rowid"] + [f"{n}.{i}" for n, spec in _READ.items()
+                                                         for i in range(len(spec[1]))]
+    at = {n: i for i, n in enumerate(names)}
+    rows: list[tuple] = []
+    for name in _READ:
+        for row in con.execute(_branch(name, len(ids), _CTID), ids if len(ids) <= 8 else [ids]).fetchall():
+            wide = [None] * len(names)
+            wide[:5] = row[:5]
+            wide[at[f"{name}.0"]:at[f"{name}.0"] + len(row) - 5] = row[5:]
+            rows.append(tuple(wide))
+    return names, rows
 
 
 def _order(row: tuple) -> tuple:
@@ -134,12 +154,15 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         return {}
-    empty = frozenset(t for t, size in con.execute(
-        "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main'").fetchall() if size == 0)
-    rel = con.execute(_query(len(ids), empty), ids if len(ids) <= 8 else [ids])
-    names = [d[0] for d in rel.description]
-    rows = rel.fetchall()
+    if getattr(con, "dialect", "duckdb") == "postgres":  # store/pg/connection.py
+        names, rows = _rows(con, ids)
+    else:
+        empty = frozenset(t for t, size in con.execute(
+            "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'main'").fetchall() if size == 0)
+        rel = con.execute(_query(len(ids), empty), ids if len(ids) <= 8 else [ids])
+        names = [d[0] for d in rel.description]
+        rows = rel.fetchall()
     rows.sort(key=_order)
     at = {name: slice(names.index(f"{name}.0"), names.index(f"{name}.0") + len(_READ[name][1]))
           for name in _READ if f"{name}.0" in names}

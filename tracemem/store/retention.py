@@ -61,7 +61,7 @@ def check_limits(older_than: Any, keep_last: Any) -> Optional[datetime]:
 
 def _existing(con: Any) -> dict[str, set[str]]:
     rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
-                       "WHERE table_schema = 'main'").fetchall()
+                       "WHERE table_schema = current_schema()").fetchall()
     out: dict[str, set[str]] = {}
     for table, column in rows:
         out.setdefault(table, set()).add(column)
@@ -104,15 +104,19 @@ def protected(con: Any) -> dict[str, str]:
 
 
 def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int], dry_run: bool,
-          force: bool = False, progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
+          force: bool = False, progress: Optional[Callable[[int, int], None]] = None,
+          rebuild_indexes: bool = True) -> PruneReport:
     cut = check_limits(older_than, keep_last)
-    con.execute("""CREATE OR REPLACE TEMP TABLE _prune_roots AS
+    # DROP then CREATE (not CREATE OR REPLACE), an aliased subquery: the same SQL runs on PostgreSQL
+    con.execute("DROP TABLE IF EXISTS _prune_roots")
+    con.execute("""CREATE TEMP TABLE _prune_roots AS
         SELECT run_id FROM (SELECT run_id, started_at, row_number() OVER (ORDER BY started_at DESC) - 1 AS position
-                            FROM runs WHERE parent_run_id IS NULL)
-        WHERE ($cut IS NULL OR (started_at IS NOT NULL AND started_at < $cut))
-          AND ($keep IS NULL OR position >= $keep)""", {"cut": cut, "keep": None if keep_last is None else int(keep_last)})
+                            FROM runs WHERE parent_run_id IS NULL) ranked
+        WHERE ($cut::TIMESTAMP IS NULL OR (started_at IS NOT NULL AND started_at < $cut::TIMESTAMP))
+          AND ($keep::BIGINT IS NULL OR position >= $keep::BIGINT)""", {"cut": cut, "keep": None if keep_last is None else int(keep_last)})
     # each candidate with every descendant run (subflows), tagged by its root
-    con.execute("""CREATE OR REPLACE TEMP TABLE _prune_tree AS
+    con.execute("DROP TABLE IF EXISTS _prune_tree")
+    con.execute("""CREATE TEMP TABLE _prune_tree AS
         WITH RECURSIVE tree(root, run_id) AS (
             SELECT run_id, run_id FROM _prune_roots
             UNION ALL SELECT tree.root, r.run_id FROM runs r JOIN tree ON r.parent_run_id = tree.run_id)
@@ -133,7 +137,9 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
     # DuckDB removes each deleted row from every index when the delete commits (~4 µs a row): when most of
     # the store goes, dropping the run tables' indexes first and building them again over what is left is
     # several times faster (they are rebuilt in `finally`, and on the next open if the process dies between)
-    rebuild = [] if dry_run or len(report.runs) * 4 < first_row(con.execute("SELECT count(*) FROM runs"))[0] else \
+    # (PostgreSQL, `rebuild_indexes=False`, keeps its indexes in step itself)
+    rebuild = [] if dry_run or not rebuild_indexes or \
+        len(report.runs) * 4 < first_row(con.execute("SELECT count(*) FROM runs"))[0] else \
         con.execute("SELECT index_name, sql FROM duckdb_indexes() WHERE database_name = current_database() "
                     "AND table_name IN (SELECT unnest(?::VARCHAR[]))", [list(RUN_TABLES)]).fetchall()
     for name, _ in rebuild:

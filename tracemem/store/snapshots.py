@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from ..errors import TracememError
 from ..run import Run
+
+Follow = Callable[[str, str, int], tuple[int, list[tuple[str, str, Any]]]]
 
 
 def embedding_rows(embedder: Any, runs: Sequence[Run]) -> list[tuple]:
@@ -38,23 +40,39 @@ class SnapshotIndex:
     file's only writer, so no query has to ask DuckDB what changed.
     """
 
-    def __init__(self, con: Any, lock: threading.RLock) -> None:
+    def __init__(self, con: Any, lock: threading.RLock, follow: Optional[Follow] = None) -> None:
         self.con = con
         self.lock = lock
+        # a store many processes write (PostgreSQL) follows the table instead: `follow(pipeline, embedder_id,
+        # after)` returns the rows committed after position `after`, and the position reached
+        self.follow = follow
         self._cache: dict[tuple[str, str], _Entry] = {}
 
     def added(self, rows: Sequence[tuple]) -> None:
         """New `run_embeddings` rows (run_id, pipeline, embedder_id, query, embedding, created_at)."""
+        if self.follow is not None:
+            return  # read back with every other process's rows by the next search
         for run_id, pipeline, embedder_id, query, embedding, _ in rows:
             entry = self._cache.get((pipeline, embedder_id))
             if entry is not None:
                 entry.pending.append((run_id, query, embedding))
 
+    def reset(self) -> None:
+        """Forget what is loaded (rows were added behind the index's back, e.g. by `tracemem copy`)."""
+        with self.lock:
+            self._cache.clear()
+
     def _entry(self, pipeline: str, embedder_id: str) -> "_Entry":
         key = (pipeline, embedder_id)
         with self.lock:
             entry = self._cache.get(key)
-            if entry is None:
+            if self.follow is not None:
+                if entry is None:
+                    entry = self._cache[key] = _Entry([], [], np.zeros((0, 0), dtype=np.float32))
+                entry.seen, rows = self.follow(pipeline, embedder_id, entry.seen)
+                entry.pending += [r for r in rows if r[0] not in entry.known]
+                entry.known.update(r[0] for r in rows)
+            elif entry is None:
                 table = self.con.sql(
                     "SELECT run_id, query, embedding FROM run_embeddings WHERE pipeline = ? AND embedder_id = ? "
                     "ORDER BY created_at, run_id", params=[pipeline, embedder_id]).to_arrow_table()
@@ -94,6 +112,8 @@ class _Entry:
     def __init__(self, ids: list[str], queries: list[str], matrix: np.ndarray) -> None:
         self.ids, self.queries, self.matrix = ids, queries, matrix
         self.pending: list[tuple[str, str, Any]] = []
+        self.seen = 0  # followed stores: the position in the table read up to
+        self.known: set[str] = set()  # followed stores: run ids already taken
 
 
 def _normalize(rows: np.ndarray) -> np.ndarray:

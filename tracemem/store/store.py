@@ -1,9 +1,13 @@
-"""`Store`: one DuckDB file holding every run, step, read, write, decision, model call,
-prompt section and memory — the facade over opening, writing, loading and retention.
+"""`Store`: one DuckDB file — or one PostgreSQL database for a fleet — holding every run, step,
+read, write, decision, model call, prompt section and memory; the facade over opening, writing,
+loading and retention.
 
-    store = Store("agent.duckdb")
+    store = Store("agent.duckdb")                          # or Store("postgresql://host/db")
     run = flow.run({...}, store=store)
     store.sql("SELECT stage, count(*) FROM steps GROUP BY 1").df()
+
+What differs between the two databases sits behind the backend seam (store/backend.py);
+the API, the tables and their columns are the same.
 
 Concurrency: any number of threads of one process may run flows into one Store.
 DuckDB lets one process write a file at a time; a second process opening it gets
@@ -11,22 +15,21 @@ DuckDB lets one process write a file at a time; a second process opening it gets
 snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it. A second
 writing Store on the same file in the same process is refused too (store/registry.py):
 share the first one.
+PostgreSQL takes any number of writing processes on any number of machines: each
+opening holds a lease, and runs of an opening whose lease expired are recovered and
+marked interrupted by the others (store/pg/lease.py).
 """
 from __future__ import annotations
 
 import atexit
-import os
-import shutil
 import sys
 import threading
 import weakref
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional
 
-import duckdb
 from pydantic import BaseModel
 
-from ..dbmeta import get_meta, set_meta
 from ..errors import StoreError, TracememError
 from ..ids import new_id
 from ..masking import hash_key
@@ -35,34 +38,33 @@ from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from .affected import AffectedReport, affected
+from .backend import Backend, is_postgres_url, open_backend
 from .backlog import BATCH_COST, MAX_COST, MAX_LAG
 from .blame import BlameReport, blame
 from .claims import claim, release
-from .diagnose import open_error
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .listing import list_runs
 from .load import load_run, load_runs, thread
-from .opening import connect, recover_dead_runs
 from .registry import caller, open_stores
-from .retention import PruneReport, export, prune, pruned_at
+from .retention import PruneReport, prune, pruned_at
 from .signals import install_sigterm_flush
 from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
-from .tables import INDEX_FROM, index, open_schema
+from .tables import INDEX_FROM, index
 from .threads import ThreadStates, broken_thread, handout, replayed
-from .user_sql import UserSQL
 from .writer import StoreSink, Writer
 
 
 class Store:
-    """A tracemem store: `Store(":memory:")` for tests, `Store("agent.duckdb")` for real use."""
+    """A tracemem store: `Store(":memory:")` for tests, `Store("agent.duckdb")` for real use,
+    `Store("postgresql://user@host/db")` for many processes (`?schema=name` picks a schema)."""
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
                  snapshot_if_locked: bool = False, block_size: int = 16384,
                  log: Callable[[str], None] = lambda message: None, max_queue: int = MAX_COST,
-                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG) -> None:
+                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG, lease_seconds: float = 10.0) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
@@ -74,10 +76,11 @@ class Store:
         self.lease = new_id()  # this opening of the file: recorded on the runs it writes
         self.closed = False
         self._claim: Optional[str] = None
-        if not read_only and self.path != ":memory:":  # one writing Store per file per process
-            self._claim = open_stores.claim(self.path, caller())
+        if not read_only and self.path != ":memory:" and not is_postgres_url(self.path):  # one writing Store
+            self._claim = open_stores.claim(self.path, caller())  # per file per process (PostgreSQL: any number)
         try:
-            self._open(read_only, snapshot_if_locked, log)
+            # PostgreSQL: a dead writer's runs are marked interrupted within about `lease_seconds`
+            self._open(read_only, snapshot_if_locked, log, lease_seconds)
         except BaseException:
             if self._claim is not None:
                 open_stores.release(self._claim)
@@ -88,55 +91,40 @@ class Store:
 
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
-        self.snapshots = SnapshotIndex(self.con.cursor(), self.lock)
+        self.snapshots = SnapshotIndex(self.backend.cursor(), self.lock, self.backend.follow_snapshots())
         self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
         self.log = log
         self._written = 0  # runs written since the store last checked whether it is big enough to index
-        self.writer = Writer(self.con, self.lock, self.path, flush_interval, snapshot_embedder,
+        self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder,
                              self.snapshots.added, self.lease, max_queue, max_batch, max_lag,
                              on_end=self.threads.recorded, on_written=self._grown)
-        # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
-        self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
         atexit.register(_close_at_exit, weakref.ref(self))
         if self._claim is not None:
             open_stores.attach(self._claim, self)
             if not open_stores.sigterm_installed:  # SIGTERM flushes queued runs, as exit does
                 open_stores.sigterm_installed = install_sigterm_flush(open_stores.flush_all)
 
-    def _open(self, read_only: bool, snapshot_if_locked: bool, log: Callable[[str], None]) -> None:
-        """Connect, check (or create, or migrate) the schema and recover runs a dead process left running."""
-        opened = connect(self.path, read_only, self.block_size, snapshot_if_locked)
-        self.con = opened.con
-        self._snapshot_dir: Optional[str] = None
-        if opened.snapshot_of:
-            self.snapshot_of, self.path, self.snapshot_note = opened.snapshot_of, opened.path, opened.note
-            self._snapshot_dir = os.path.dirname(opened.path)
-            # removed by close(); if setup fails or close() is never called, when this Store goes (or at exit)
-            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
-        self._local = threading.local()
+    def _open(self, read_only: bool, snapshot_if_locked: bool, log: Callable[[str], None],
+              lease_seconds: float) -> None:
+        """Open the database (store/backend.py: the schema checked, created or migrated, and runs a dead
+        writer left running recovered) and read its secret salt."""
+        self.backend: Backend = open_backend(self.path, read_only=read_only, lock=self.lock, lease=self.lease,
+                                             block_size=self.block_size, snapshot_if_locked=snapshot_if_locked,
+                                             log=log, lease_seconds=lease_seconds)
+        self.path, self.con = self.backend.path, self.backend.con
+        self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
+        self.interrupted = self.backend.interrupted  # runs found running under a dead writer's lease
         try:
-            with self.lock:
-                open_schema(self.con, self.path, self.read_only or self.snapshot_of is not None, log)
-                salt = get_meta(self.con, "secret_salt")
-                if salt is None and not self.read_only:
-                    salt = os.urandom(16).hex()
-                    set_meta(self.con, "secret_salt", salt)
-                try:
-                    self.salt = hash_key(bytes.fromhex(salt or "00"))  # see tracemem/masking.py
-                except ValueError:
-                    raise StoreError(f"{self.path} has an unreadable secret_salt in tracemem_meta (hex expected); "
-                                     f"restore it from a backup, or delete the row to start a new salt (hashes of "
-                                     f"secrets recorded so far then no longer match new ones)") from None
-                # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
-                # journal is replayed, and those that never ended are marked interrupted
-                self.interrupted = [] if self.read_only else recover_dead_runs(self.con, frozenset({self.lease}),
-                                                                               log)
-                self.indexed = False if self.read_only else index(self.con, log)
-        except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
-            self.con.close()
-            raise open_error(err, opened.snapshot_of or self.path) from None
+            self.salt = hash_key(bytes.fromhex(self.backend.salt or "00"))  # see tracemem/masking.py
+            with self.lock:  # (a PostgreSQL schema is indexed from the start: store/pg/schema.py)
+                self.indexed = self.backend.shared or (False if self.read_only else index(self.con, log))
+        except ValueError:
+            self.backend.close()
+            raise StoreError(f"{self.path} has an unreadable secret_salt in tracemem_meta (hex expected); "
+                             f"restore it from a backup, or delete the row to start a new salt (hashes of "
+                             f"secrets recorded so far then no longer match new ones)") from None
         except BaseException:
-            self.con.close()
+            self.backend.close()
             raise
 
     def __repr__(self) -> str:
@@ -160,9 +148,12 @@ class Store:
         from ..memory import Memory
 
         kwargs: dict[str, Any] = {} if embedder == "default" else {"embedder": embedder}
-        if self.snapshot_of:  # a snapshot copy maps the original's index files (their fingerprints are checked)
+        if self.backend.shared:  # no index files: other processes change the table all the time
+            kwargs["index_dir"] = None
+        elif self.snapshot_of:  # a snapshot copy maps the original's index files (their fingerprints are checked)
             kwargs["index_dir"] = self.snapshot_of + ".memindex"
-        return Memory(self.con.cursor(), self.lock, read_only=self.read_only, **kwargs)
+        return Memory(self.backend.cursor(), self.lock, read_only=self.read_only, sql_ops=self.backend.memory_sql,
+                      **kwargs)
 
     # -- writing ------------------------------------------------------------------
     def sink(self, durability: Optional[str] = None) -> StoreSink:
@@ -181,7 +172,7 @@ class Store:
         saying who has it when lost; see store/claims.py."""
         self.flush()
         with self.lock:
-            return claim(self.con, run_id, steps)
+            return claim(self.con, run_id, steps, self.lease if self.backend.shared else None)
 
     def release_run(self, run_id: str, status: str) -> None:
         """Give back a claim whose resume could not start (the run is `status` again)."""
@@ -201,31 +192,21 @@ class Store:
                 try:
                     self.memory.close()  # writes the memory index files beside the DuckDB file
                 finally:
-                    self.con.close()
+                    self.backend.close()
             if self._claim is not None:
                 open_stores.release(self._claim, self)
-            if self.user_sql is not None:
-                self.user_sql.close()
-            if self._snapshot_dir is not None:
-                shutil.rmtree(self._snapshot_dir, ignore_errors=True)
 
     # -- reading ------------------------------------------------------------------
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
-        cur = getattr(self._local, "cursor", None)
-        if cur is None:
-            cur = self._local.cursor = self.con.cursor()
-        return cur
+    def _cursor(self) -> Any:
+        return self.backend.cursor()
 
-    def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
-        """A DuckDB relation over the store (`.fetchall()`, `.df()`, `.arrow()`). On a read-only store the
-        SQL is fenced (store/user_sql.py): no file access, ATTACH, SET or extensions, no changes."""
+    def sql(self, query: str, params: Any = None) -> Any:
+        """The rows of a query: a DuckDB relation, or on PostgreSQL a result with the same methods
+        (`.fetchall()`, `.columns`, `.df()`, `.arrow()`); None for a statement that returns nothing.
+        On a read-only store the SQL is fenced: DuckDB runs it in a locked-down instance
+        (store/user_sql.py), PostgreSQL as one statement in a READ ONLY transaction."""
         self.flush()
-        if self.user_sql is not None:
-            return self.user_sql.sql(query, params)
-        try:
-            return self._cursor().sql(query, params=params)
-        except duckdb.Error as err:
-            raise TracememError(f"SQL error: {str(err).splitlines()[0]}") from None
+        return self.backend.sql(query, params)
 
     def register_scope(self, pipeline: str, scope: type[BaseModel]) -> None:
         """Tell tracemem which scope model a pipeline uses, so its loaded runs rebuild it."""
@@ -330,8 +311,7 @@ class Store:
 
     def tables(self) -> set[str]:
         """The names of the tables (and views) in the store."""
-        return {r[0] for r in self._cursor().execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+        return self.backend.tables()
 
     def _writable(self, what: str) -> None:
         if self.read_only:
@@ -348,7 +328,7 @@ class Store:
         self.flush()
         with self.lock:
             report = prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, force=force,
-                           progress=progress)
+                           progress=progress, rebuild_indexes=not self.backend.shared)
         if report.runs and not dry_run:
             self.threads.clear()
         return report
@@ -357,7 +337,7 @@ class Store:
         """Write every table to `directory/<table>.parquet`; returns rows per table."""
         self.flush()
         with self.lock:
-            return export(self.con, directory, progress=progress)
+            return self.backend.export(directory, progress=progress)
 
 
 def _close_at_exit(ref: "weakref.ref[Store]") -> None:

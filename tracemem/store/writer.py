@@ -41,13 +41,13 @@ RETRY_INTERVAL = 1.0  # seconds between the writer's retries once the file could
 class Writer:
     """Writes finished runs (and journaled stages) into the store's tables."""
 
-    def __init__(self, con: Any, lock: Any, path: str, flush_interval: float, snapshot_embedder: Any,
+    def __init__(self, backend: Any, path: str, flush_interval: float, snapshot_embedder: Any,
                  on_embeddings: Callable[[list[tuple]], None], lease: Optional[str] = None,
                  max_queue: int = MAX_COST, max_batch: int = BATCH_COST, max_lag: float = MAX_LAG,
                  on_end: Callable[[Run], None] = lambda run: None,
                  on_written: Callable[[int], None] = lambda count: None) -> None:
-        self.con = con
-        self.lock = lock
+        self.backend = backend  # where batches and journal rows go (store/backend.py)
+        self.lock = backend.write_lock
         self.path = path
         self.flush_interval = flush_interval  # 0: each run is journaled before flow.run returns
         self.snapshot_embedder = snapshot_embedder
@@ -89,7 +89,7 @@ class Writer:
 
     def write_now(self, batch: Batch) -> None:
         with self.lock:
-            batch.insert(self.con)
+            self.backend.insert(batch)
             if batch.rows["run_embeddings"]:
                 self.on_embeddings(batch.rows["run_embeddings"])
 
@@ -101,7 +101,7 @@ class Writer:
                 self.write_now(batch)
             else:
                 with self.lock:
-                    self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", journal)
+                    self.backend.journal(*journal)
         except Exception as err:
             if storage_failure(err) is None:
                 raise

@@ -52,7 +52,7 @@ def resolve(store: Any, ref: str) -> str:
 def has_table(store: Any, table: str, *columns: str) -> bool:
     """Whether the store has `table` (with every one of `columns`)."""
     have = {r["column_name"] for r in rows(store, "SELECT column_name FROM information_schema.columns "
-                                                  "WHERE table_name = ? AND table_schema = 'main'", [table])}
+                                                  "WHERE table_name = ? AND table_schema = current_schema()", [table])}
     return bool(have) and set(columns) <= have
 
 
@@ -173,8 +173,9 @@ def runs_page(store: Any, flt: RunFilter) -> RunsPage:
             store, f"SELECT run_id, count(*) AS n FROM steps WHERE run_id IN ({marks}) GROUP BY run_id", ids)}
         if feedback:
             verdicts = {r["run_id"]: r["verdict"] for r in rows(
-                store, f"SELECT run_id, arg_max(verdict, rowid) AS verdict FROM feedback WHERE run_id IN ({marks}) "
-                       f"GROUP BY run_id", ids)}
+                store, f"SELECT run_id, verdict FROM (SELECT run_id, verdict, row_number() OVER (PARTITION BY run_id "
+                       f"ORDER BY \"at\" DESC) AS nth FROM feedback WHERE run_id IN ({marks})) latest WHERE nth = 1",
+                ids)}  # the latest verdict (a window, not arg_max: the same SQL runs on PostgreSQL)
     for r in page:
         r["steps"], r["verdict"] = counts.get(r["run_id"], 0), verdicts.get(r["run_id"])
     return RunsPage(page, total, max(1, -(-total // flt.per_page)), feedback, runs_version(store, flt, feedback))

@@ -1,0 +1,87 @@
+"""Fixtures for running tests against both backends: a real PostgreSQL server for the session, a fresh
+schema per test, and `store_factory`, parametrised over ["duckdb", "postgres"].
+
+Import them into a test module: `from pg_fixtures import pg_server, pg_url, store_factory  # noqa: F401`.
+
+The server is started from the `pgserver` package's binaries (PostgreSQL 16 with pgvector; `make
+install` installs it) or a system PostgreSQL (tracemem/store/pg/local.py says where it looks), in a
+temporary directory on a free 127.0.0.1 port. Where no server can start, the PostgreSQL cases skip
+and say why; with TRACEMEM_REQUIRE_PG=1 (what .ci/run sets) they fail instead, so CI never passes
+by skipping them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any, Callable, Iterator
+
+import pytest
+
+BACKENDS = ["duckdb", "postgres"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("TRACEMEM_REQUIRE_PG") == "1":
+        pytest.fail(f"PostgreSQL is required here (TRACEMEM_REQUIRE_PG=1) but {reason}")
+    pytest.skip(f"no PostgreSQL server for the postgres cases: {reason}")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A PostgreSQL server for the whole session, in a temporary directory (stopped and removed after)."""
+    try:
+        import psycopg  # noqa: F401
+
+        from tracemem.store.pg.local import LocalServer, ServerUnavailable
+    except ImportError as err:
+        _unavailable(f"psycopg is not installed ({err}); pip install 'tracemem-agents[postgres]'")
+    directory = tempfile.mkdtemp(prefix="tracemem-pg-", dir="/tmp")  # /tmp: reachable by `nobody` when root
+    try:
+        server = LocalServer.start(directory)
+        server.ensure_database("tracemem_tests")
+    except ServerUnavailable as err:
+        shutil.rmtree(directory, ignore_errors=True)
+        _unavailable(str(err))
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """A URL naming a fresh schema (one per test) in the session's database."""
+    return pg_server.url("tracemem_tests") + f"?schema=t_{uuid.uuid4().hex[:12]}"
+
+
+class StoreFactory:
+    """Opens stores at one place per test: `make(**kwargs)` again reopens the same store."""
+
+    def __init__(self, kind: str, location: str) -> None:
+        self.kind = kind
+        self.location = location
+        self.opened: list[Any] = []
+
+    def __call__(self, **kwargs: Any) -> Any:
+        from tracemem.store import Store
+
+        store = Store(self.location, **kwargs)
+        self.opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_factory(request: Any, tmp_path: Any) -> Iterator[Callable[..., Any]]:
+    """`store_factory(**kwargs)` → a Store on this test's DuckDB file, or on its PostgreSQL schema."""
+    if request.param == "postgres":
+        location = request.getfixturevalue("pg_url")
+    else:
+        location = str(tmp_path / "store.duckdb")
+    factory = StoreFactory(request.param, location)
+    yield factory
+    factory.close_all()

@@ -1,0 +1,92 @@
+"""The backend seam: what differs between a DuckDB file and a PostgreSQL database, and nothing else.
+
+`Store` is one facade over both. Everything that reads or writes through tracemem's own SQL
+(loading runs and threads, feedback, affected, blame, retention, the memory's queries) runs
+unchanged on either: the PostgreSQL connection takes the same `?`-parameter SQL and has the
+few DuckDB function names it uses (store/pg/connection.py, store/pg/schema.py). What cannot
+be shared lives behind this interface, with one implementation per database:
+
+| concern                          | DuckDB (store/duck.py)              | PostgreSQL (store/pg/)              |
+|----------------------------------|-------------------------------------|-------------------------------------|
+| opening, schema and migrations   | a file, its write lock, snapshots   | a database schema, an advisory lock |
+| liveness of a writer             | one writer per file; PIDs           | a lease per opening (pg/lease.py)   |
+| a batch of runs                  | Arrow tables, INSERT … SELECT       | COPY, one transaction               |
+| the journal (durability "stage") | step_journal in the file            | step_journal rows in the database   |
+| user SQL (`store.sql`)           | a DuckDB relation; fenced instance  | a materialized result; READ ONLY tx |
+| the memory's bulk SQL            | memory/sql.py (Arrow)               | pg/memory_sql.py (COPY, shared)     |
+| export / copy                    | COPY TO parquet; Arrow              | rows through Arrow                  |
+
+`open_backend(path, ...)` picks one by the path: `postgresql://…` (or `postgres://…`) is a
+PostgreSQL database, anything else a DuckDB file (`:memory:` included).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, ContextManager, Iterator, Optional, Protocol
+
+import pyarrow as pa
+
+from .batch import Batch
+
+__all__ = ["Backend", "open_backend", "is_postgres_url"]
+
+
+def is_postgres_url(path: str) -> bool:
+    """Whether a store path names a PostgreSQL database (postgresql://… or postgres://…)."""
+    return str(path).startswith(("postgresql://", "postgres://"))
+
+
+class Backend(Protocol):
+    """One open database under a Store (see the module docstring for what each method stands for)."""
+
+    kind: str  # "duckdb" or "postgres"
+    path: str  # what messages name: the file (or snapshot copy), or the URL without its password
+    label: str  # the path the user gave (the file, not its snapshot copy)
+    con: Any  # the connection tracemem's own SQL runs on (`?` parameters, DuckDB function names)
+    write_lock: Any  # held around `insert` and `journal`
+    salt: Optional[str]  # the store's secret salt (tracemem_meta), hex
+    interrupted: list[str]  # runs found running under a dead writer when opened
+    snapshot_of: Optional[str]
+    snapshot_note: str
+    memory_sql: Any  # what Memory runs its bulk SQL with (memory/sql.py or pg/memory_sql.py)
+    shared: bool  # other processes write the same store at the same time
+
+    def cursor(self) -> Any: ...
+
+    def insert(self, batch: Batch) -> None: ...
+
+    def journal(self, run_id: str, step: int, kind: str, payload: str) -> None: ...
+
+    def follow_snapshots(self) -> Optional[Callable[[str, str, int], tuple[int, list[tuple]]]]: ...
+
+    def sql(self, query: str, params: Any = None) -> Any: ...
+
+    def tables(self) -> set[str]: ...
+
+    def read(self, query: str, params: Any = None) -> Iterator[pa.RecordBatch]: ...
+
+    def append(self, table: str, data: pa.Table) -> None: ...
+
+    def transaction(self) -> ContextManager[None]: ...
+
+    def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+def open_backend(path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
+                 snapshot_if_locked: bool, log: Callable[[str], None], lease_seconds: float) -> Backend:
+    """Open the database `path` names (see the module docstring)."""
+    if is_postgres_url(path):
+        try:
+            from .pg.backend import PgBackend
+        except ImportError as err:
+            from ..errors import TracememError
+
+            raise TracememError(f"{path.split('@')[-1]} is a PostgreSQL URL, but the PostgreSQL driver is not "
+                                f"installed ({err}); pip install 'tracemem-agents[postgres]'") from None
+        return PgBackend(path, read_only=read_only, lock=lock, lease=lease, log=log, lease_seconds=lease_seconds)
+    from .duck import DuckBackend
+
+    return DuckBackend(path, read_only=read_only, lock=lock, lease=lease, block_size=block_size,
+                       snapshot_if_locked=snapshot_if_locked, log=log)

@@ -1,0 +1,141 @@
+"""The DuckDB backend: one file (or `:memory:`), one writing process, the embedded default.
+
+This is the store as it always was, behind the backend seam (store/backend.py): opening
+takes the file's write lock or reads a snapshot copy (store/opening.py), the schema is
+created or migrated (store/tables.py), runs a dead process left running are recovered from
+the journal, batches go in as Arrow tables (store/batch.py), and read-only user SQL runs
+fenced in its own DuckDB instance (store/user_sql.py).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import weakref
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import duckdb
+import pyarrow as pa
+
+from ..dbmeta import get_meta, set_meta
+from ..errors import TracememError
+from ..memory import sql as memory_sql
+from .batch import Batch
+from .diagnose import open_error
+from .opening import connect, recover_dead_runs
+from .retention import export
+from .tables import open_schema
+from .user_sql import UserSQL
+
+__all__ = ["DuckBackend"]
+
+
+class DuckBackend:
+    """A DuckDB file under a Store (see store/backend.py for what each member stands for)."""
+
+    kind = "duckdb"
+    shared = False
+    memory_sql = memory_sql
+
+    def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
+                 snapshot_if_locked: bool, log: Callable[[str], None]) -> None:
+        self.label = path
+        self.read_only = read_only
+        self.write_lock = lock  # one connection: writes share the store's lock
+        self.snapshot_of: Optional[str] = None
+        self.snapshot_note = ""
+        opened = connect(path, read_only, block_size, snapshot_if_locked)
+        self.con = opened.con
+        self.path = opened.path
+        self._snapshot_dir: Optional[str] = None
+        if opened.snapshot_of:
+            self.snapshot_of, self.snapshot_note = opened.snapshot_of, opened.note
+            self._snapshot_dir = os.path.dirname(opened.path)
+            # removed by close(); if setup fails or close() is never called, when this goes (or at exit)
+            weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
+        self._local = threading.local()
+        try:
+            with lock:
+                open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
+                salt = get_meta(self.con, "secret_salt")
+                if salt is None and not read_only:
+                    salt = os.urandom(16).hex()
+                    set_meta(self.con, "secret_salt", salt)
+                self.salt: Optional[str] = salt  # hex (the Store derives its key from it)
+                # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
+                # journal is replayed, and those that never ended are marked interrupted
+                self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
+        except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
+            self.con.close()
+            raise open_error(err, opened.snapshot_of or self.path) from None
+        except BaseException:
+            self.con.close()
+            raise
+        # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
+        self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor on the file."""
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:
+            cur = self._local.cursor = self.con.cursor()
+        return cur
+
+    # -- writing ---------------------------------------------------------------------------
+    def insert(self, batch: Batch) -> None:
+        batch.insert(self.con)
+
+    def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
+        self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
+
+    def follow_snapshots(self) -> None:
+        return None  # this process is the file's only writer: the index learns of new rows as it writes them
+
+    # -- reading -----------------------------------------------------------------------------
+    def sql(self, query: str, params: Any = None) -> Optional[duckdb.DuckDBPyRelation]:
+        if self.user_sql is not None:
+            return self.user_sql.sql(query, params)
+        try:
+            return self.cursor().sql(query, params=params)
+        except duckdb.Error as err:
+            raise TracememError(f"SQL error: {str(err).splitlines()[0]}") from None
+
+    def tables(self) -> set[str]:
+        return {r[0] for r in self.cursor().execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+
+    def read(self, query: str, params: Any = None) -> Iterator[pa.RecordBatch]:
+        """The rows of `query` as Arrow record batches (for copying between stores)."""
+        reader = self.cursor().sql(query, params=params or None).to_arrow_reader(65536)
+        yield from reader
+
+    def append(self, table: str, data: pa.Table) -> None:
+        """Insert an Arrow table's rows into `table` (columns by name), inside `transaction()` if open."""
+        self.con.register("_tracemem_append", data)
+        try:
+            cols = ", ".join(f'"{c}"' for c in data.column_names)
+            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tracemem_append")
+        finally:
+            self.con.unregister("_tracemem_append")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around `append` calls."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
+        return export(self.con, directory, progress=progress)
+
+    def close(self) -> None:
+        self.con.close()
+        if self.user_sql is not None:
+            self.user_sql.close()
+        if self._snapshot_dir is not None:
+            shutil.rmtree(self._snapshot_dir, ignore_errors=True)
