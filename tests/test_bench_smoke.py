@@ -98,6 +98,26 @@ def test_peers_quick() -> None:
     chats = {c["label"] for c in parsed["chat"]}
     assert any(c.startswith("langgraph") for c in chats) and any(c.startswith("burr") for c in chats)
     assert "WARNING" not in out  # the peers computed what tracemem computed
+    for row in ("langgraph SqliteSaver durability=sync, sync=FULL", "burr SQLitePersister (per step), sync=NORMAL",
+                "burr SQLitePersister (per step), sync=FULL", "langgraph SqliteSaver durability=exit, sync=NORMAL"):
+        assert row in out, row
+
+
+def test_peers_durability_table_tracemem_only() -> None:
+    """The durability section alone, tracemem only (~3 s): a section per guarantee, syncs counted, goals printed."""
+    out = run("bench/peers.py", "--section", "durability", "--quick", "--peers", "tracemem")
+    for group in ("### not durable at return", "### process-crash safe at return, per run",
+                  "### process-crash safe per stage", "### power-loss safe per stage",
+                  "### the machine's floors, same run"):
+        assert group in out, group
+    for floor in ("200 B os.write, O_APPEND", "json.dumps of a step entry", "synchronous=NORMAL",
+                  "synchronous=FULL", "os.write + fdatasync (the fsync floor)", "DuckDB INSERT+commit (file)"):
+        assert floor in out, floor
+    assert out.count("\ngoal: ") == 4
+    stage = next(line for line in out.splitlines() if line.strip().startswith("tracemem durability=stage "))
+    assert "not counted" not in stage
+    assert "## µs per stage" not in out and "turn chat" not in out  # --section ran that section only
+    assert run_all.parse_peers(out)["rows"] == []  # its rows never read as the overhead table's
 
 
 @pytest.mark.slow
