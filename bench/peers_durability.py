@@ -159,11 +159,11 @@ def langgraph_specs() -> list[Spec]:
     return [
         Spec(NOT_AT_RETURN, "langgraph, no checkpointer", bare),
         Spec(NOT_AT_RETURN, "langgraph, InMemorySaver", in_memory),
-        Spec(PER_RUN, f"{lg} durability=exit, sync=NORMAL", on_file("exit", "NORMAL")),
-        Spec(PER_RUN, f"{lg} durability=exit, sync=FULL (+ power loss)", on_file("exit", "FULL")),
-        Spec(PER_RUN, f"{lg} durability=async (default), sync=FULL", on_file("async", "FULL")),
-        Spec(PER_STAGE, f"{lg} durability=sync, sync=NORMAL", on_file("sync", "NORMAL")),
-        Spec(POWER, f"{lg} durability=sync, sync=FULL", on_file("sync", "FULL")),
+        Spec(PER_RUN, f"{lg} durability=exit, synchronous=NORMAL", on_file("exit", "NORMAL")),
+        Spec(PER_RUN, f"{lg} durability=exit, synchronous=FULL (+ power loss)", on_file("exit", "FULL")),
+        Spec(PER_RUN, f"{lg} durability=async (default), synchronous=FULL", on_file("async", "FULL")),
+        Spec(PER_STAGE, f"{lg} durability=sync, synchronous=NORMAL", on_file("sync", "NORMAL")),
+        Spec(POWER, f"{lg} durability=sync, synchronous=FULL", on_file("sync", "FULL")),
     ]
 
 
@@ -186,8 +186,8 @@ def burr_specs() -> list[Spec]:
 
     return [
         Spec(NOT_AT_RETURN, "burr, no persister", bare),
-        Spec(PER_STAGE, "burr SQLitePersister (per step), sync=NORMAL", persisted("NORMAL")),
-        Spec(POWER, "burr SQLitePersister (per step), sync=FULL", persisted("FULL")),
+        Spec(PER_STAGE, "burr SQLitePersister (per step), synchronous=NORMAL", persisted("NORMAL")),
+        Spec(POWER, "burr SQLitePersister (per step), synchronous=FULL", persisted("FULL")),
     ]
 
 
@@ -373,22 +373,22 @@ def report(specs: list[Spec], variants: dict[str, Variant], bench: Bench,
     print(f"\n## durability: µs per stage and syncs per run, one section per guarantee; {STAGES}-stage pipeline, "
           f"{args.reps} reps interleaved, ~{budget:g} s per measurement; tracemem "
           f"{'with' if store_has_fsync() else 'without'} a fsync store option")
-    print(f"  {'variant':<62} {'median':>9} {'min–max':>21} {'× tm run':>9}  {'syncs/run (fdatasync+fsync)':<28}")
+    print(f"  {'variant':<72} {'median':>9} {'min–max':>21} {'× tm run':>9}  {'syncs/run (fdatasync+fsync)':<28}")
     for group in GROUPS:
         print(f"### {group}")
         for spec in (s for s in specs if s.group == group):
             if spec.label not in variants:
-                print(f"  {spec.label:<62} {spec.why_not}")
+                print(f"  {spec.label:<72} {spec.why_not}")
                 continue
             v, m = variants[spec.label], med[spec.label]
             ratio = f"{m / base:>9.2f}" if base else f"{'-':>9}"
             spread = f"{min(v.values):,.2f}–{max(v.values):,.2f}"
-            print(f"  {spec.label:<62} {m:>9,.2f} {spread:>21} {ratio}  {syncs.get(spec.label, 'not counted')}")
+            print(f"  {spec.label:<72} {m:>9,.2f} {spread:>21} {ratio}  {syncs.get(spec.label, 'not counted')}")
     print(f"(µs/stage medians; × tm run = median / median of '{TM_RUN}'; {how})")
     print("### the machine's floors, same run (µs per operation, median of interleaved reps)")
     for label, value in floor.items():
         vals = bench.results[label]
-        print(f"  {label:<62} {value:>9,.2f} {min(vals):>10,.2f}–{max(vals):<10,.2f}")
+        print(f"  {label:<72} {value:>9,.2f} {min(vals):>10,.2f}–{max(vals):<10,.2f}")
     fsync_floor = floor.get(FLOOR_FSYNC)
     q = args.quick
     print(goal(f"default durability=\"run\" no slower than before the segment log (issue 20: "

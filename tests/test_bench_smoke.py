@@ -98,8 +98,9 @@ def test_peers_quick() -> None:
     chats = {c["label"] for c in parsed["chat"]}
     assert any(c.startswith("langgraph") for c in chats) and any(c.startswith("burr") for c in chats)
     assert "WARNING" not in out  # the peers computed what tracemem computed
-    for row in ("langgraph SqliteSaver durability=sync, sync=FULL", "burr SQLitePersister (per step), sync=NORMAL",
-                "burr SQLitePersister (per step), sync=FULL", "langgraph SqliteSaver durability=exit, sync=NORMAL"):
+    for row in ("langgraph SqliteSaver durability=sync, synchronous=FULL",
+                "langgraph SqliteSaver durability=exit, synchronous=NORMAL",
+                "burr SQLitePersister (per step), synchronous=NORMAL", "burr SQLitePersister (per step), synchronous=FULL"):
         assert row in out, row
 
 
