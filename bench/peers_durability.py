@@ -399,7 +399,8 @@ def report(specs: list[Spec], variants: dict[str, Variant], bench: Bench,
         print(goal(f"fsync per stage ≤ 1.5× the fsync floor ({fsync_floor:,.1f} µs)", med[TM_STAGE_FSYNC],
                    1.5 * fsync_floor, q))
     else:
-        print(f"goal: fsync per stage ≤ 1.5× the fsync floor ({fsync_floor or 0:,.1f} µs): not measured ({NO_FSYNC})")
+        print(f"goal: fsync per stage ≤ 1.5× the fsync floor ({fsync_floor or 0:,.1f} µs): "
+              f"not measured ({NO_FSYNC})")
     for label in (TM_FI0, TM_STAGE):
         if per_run.get(label, 0) >= 0.9:
             notes.append(f"'{label}' syncs {per_run[label]:.1f} times per run: it commits a DuckDB "

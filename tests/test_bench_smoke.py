@@ -100,7 +100,8 @@ def test_peers_quick() -> None:
     assert "WARNING" not in out  # the peers computed what tracemem computed
     for row in ("langgraph SqliteSaver durability=sync, synchronous=FULL",
                 "langgraph SqliteSaver durability=exit, synchronous=NORMAL",
-                "burr SQLitePersister (per step), synchronous=NORMAL", "burr SQLitePersister (per step), synchronous=FULL"):
+                "burr SQLitePersister (per step), synchronous=NORMAL",
+                "burr SQLitePersister (per step), synchronous=FULL"):
         assert row in out, row
 
 
