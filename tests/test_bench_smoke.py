@@ -69,6 +69,18 @@ def test_scale_prints_its_headlines_and_run_all_parses_them() -> None:
                if "heap" not in r[0])
 
 
+def test_run_all_reads_the_durability_goals() -> None:
+    text = ("goal: tracemem store (durability run) ≤ 20 µs/stage; reference here: plain 0.7\n"
+            "goal: flush_interval=0 ≤ 10 µs/stage: 153.65 µs/stage — not met (15.4× the limit)\n"
+            "goal: durability=\"stage\", process-crash safe ≤ 20 µs/stage: 12.50 µs/stage — met "
+            "(quick run: indicative only)\n"
+            "goal: fsync per stage ≤ 1.5× the fsync floor (163.2 µs): not measured (n/a (no fsync option))\n")
+    assert run_all.parse_durability_goals(text) == [
+        ("flush_interval=0 ≤ 10 µs/stage", "153.65 µs/stage", "not met (15.4× the limit)"),
+        ('durability="stage", process-crash safe ≤ 20 µs/stage', "12.50 µs/stage", "met"),
+        ("fsync per stage ≤ 1.5× the fsync floor (163.2 µs)", "not measured (n/a (no fsync option))", "—")]
+
+
 def test_run_all_reads_a_snapshot_table() -> None:
     text = ("## load_snapshot lookup: exact top-1 over stored runs; goal ≤ 10 ms at 100k\n"
             "    runs  fill s  matrix load ms  p50 ms  p95 ms\n"
