@@ -206,14 +206,21 @@ def all_specs(peers: list[str]) -> tuple[list[Spec], list[str]]:
 
 
 def build_all(specs: list[Spec], folder: str) -> tuple[dict[str, Variant], list[Any]]:
+    """The variants that build; a spec whose build raises (an option this tracemem rejects, say)
+    gets `why_not` set to the error and is printed as such, not measured."""
     variants: dict[str, Variant] = {}
     closers: list[Any] = []
     for spec in specs:
-        if spec.build is not None:
+        if spec.build is None:
+            continue
+        try:
             v, cs = spec.build(folder)
-            v.label = spec.label
-            variants[spec.label] = v
-            closers += cs
+        except Exception as exc:  # noqa: BLE001 — reported in the table, the other variants still run
+            spec.why_not = f"not built: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            continue
+        v.label = spec.label
+        variants[spec.label] = v
+        closers += cs
     return variants, closers
 
 
@@ -230,20 +237,22 @@ def count_child(folder: str, peers: list[str], runs: dict[str, int]) -> None:
             real(fd)
         setattr(os, name, counted)
     specs = {s.label: s for s in all_specs(peers)[0]}
-    py: dict[str, int] = {}
+    py: dict[str, Optional[int]] = {}
     for label, n in runs.items():  # one variant open at a time: no other store's background commits counted
-        variants, closers = build_all([specs[label]], folder)
-        v = variants[label]
-        v.fn()
-        if v.after:
-            v.after()
-        if v.reset:
-            v.reset()
+        variants, closers = build_all([specs[label]], folder) if label in specs else ({}, [])
+        v = variants.get(label)
+        if v is not None:
+            v.fn()
+            if v.after:
+                v.after()
+            if v.reset:
+                v.reset()
         before = calls["n"]
+        os.getppid()  # markers for every label, built or not, so the pairs stay in order
+        if v is not None:
+            v.timed(n)
         os.getppid()
-        v.timed(n)
-        os.getppid()
-        py[label] = calls["n"] - before
+        py[label] = calls["n"] - before if v is not None else None
         for c in closers:
             c.close()
     print(json.dumps(py))
@@ -271,7 +280,7 @@ def count_syncs(folder: str, peers: list[str], runs: dict[str, int]) -> tuple[di
         return {}, {}, f"syncs not counted: the counting child exited {proc.returncode}: {' / '.join(tail)}"
     py = json.loads(proc.stdout.strip().splitlines()[-1])
     if not strace:
-        cells = {label: f"≥{py[label] / n:.2f} (py)" for label, n in runs.items()}
+        cells = {label: f"≥{per(py[label], n)} (py)" for label, n in runs.items() if py[label] is not None}
         return cells, {}, ("strace is not installed (Debian: apt-get install strace), so only Python-level "
                        "os.fsync/os.fdatasync calls are counted ('py'): sqlite's and DuckDB's syncs, made "
                        "from C, are invisible to that")
@@ -294,6 +303,9 @@ def count_syncs(folder: str, peers: list[str], runs: dict[str, int]) -> tuple[di
     if markers != 2 * len(labels):
         return {}, {}, f"syncs not counted: {markers} markers in the strace log, expected {2 * len(labels)}"
     for label, n in runs.items():
+        if py[label] is None:
+            cells[label] = "not counted (the counting child could not build it)"
+            continue
         fdatasync, fsync = counts[label]
         cells[label] = f"{per(fdatasync + fsync, n)} ({per(fdatasync, n)}+{per(fsync, n)})"
         per_run[label] = (fdatasync + fsync) / n
