@@ -52,16 +52,17 @@ class RunLog:
         self._first: dict[str, int] = {}  # runs whose records the tables do not hold yet -> their first LSN
         self._lock = threading.Lock()
 
-    def _append(self, run_id: str, data: bytes) -> None:
+    def _append(self, run_id: str, data: bytes, sync: bool = True) -> None:
         if run_id not in self._first:  # registered before its record exists: a checkpoint never passes it
             with self._lock:
                 self._first.setdefault(run_id, self.log.end)
-        self.log.append(data)
+        self.log.append(data, sync)
 
     # -- what the writer journals ---------------------------------------------------------------
     def begin(self, run: Run) -> None:
-        """A durability "stage" run started: its runs row."""
-        self._append(run.run_id, self.codec.begin(run_row(run, self.lease)))
+        """A durability "stage" run started: its runs row (synced with its first stage: until a stage
+        finishes, a run lost to a power cut had nothing to lose)."""
+        self._append(run.run_id, self.codec.begin(run_row(run, self.lease)), sync=False)
 
     def step(self, run: Run, step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
              rows: list[tuple[str, dict[str, Any]]]) -> None:
