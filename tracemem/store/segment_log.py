@@ -45,6 +45,7 @@ Opening a log whose last segment has a damaged tail leaves that segment as it is
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import zlib
@@ -194,8 +195,9 @@ class SegmentLog:
                 except OSError:  # a file system without fallocate: plain appends
                     pass
             os.pwrite(fd, segment_header(start, flags), 0)
-            os.fsync(fd)
-            self._fsync_dir()
+            if self.fsync:  # without fsync nothing promises to outlive a power loss, so opening stays cheap
+                os.fsync(fd)
+                self._fsync_dir()
         except BaseException:
             os.close(fd)
             raise
@@ -219,13 +221,13 @@ class SegmentLog:
         """The LSN the next record gets (everything below it has been appended)."""
         return self._start + self._offset
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes, sync: bool = True) -> int:
         """Write one record; returns its `end` LSN. Process-crash safe on return (and
-        power-loss safe with `fsync=True`)."""
+        power-loss safe with `fsync=True`, unless `sync=False`: the next synced append covers it)."""
         n = len(data)
         if not 0 < n <= self.max_record:
             raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {n}")
-        return self._write(_pack(n, _crc32(data, n)) + data)  # frame(data), inlined: this is the hot path
+        return self._write(_pack(n, _crc32(data, n)) + data, sync)  # frame(data), inlined: the hot path
 
     def append_many(self, records: Sequence[bytes]) -> int:
         """Write records with one write call (all or, after a crash, a valid prefix); returns the end LSN."""
@@ -234,7 +236,7 @@ class SegmentLog:
                 raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {len(data)}")
         return self._write(b"".join([frame(d) for d in records])) if records else self.end
 
-    def _write(self, blob: bytes) -> int:
+    def _write(self, blob: bytes, sync: bool = True) -> int:
         with self._lock:
             if self._broken:
                 raise JournalError(self._broken)
@@ -244,14 +246,15 @@ class SegmentLog:
                 offset = self._offset
             try:
                 written = os.pwrite(self._fd, blob, offset)
-                if written != len(blob):
-                    raise OSError(f"short write: {written} of {len(blob)} bytes")
+                if written != len(blob):  # a regular file writes short only when its disk is full
+                    raise OSError(errno.ENOSPC, f"short write ({written} of {len(blob)} bytes): "
+                                                f"{os.strerror(errno.ENOSPC)}")
             except OSError as e:
                 self._undo(offset, len(blob), e)
                 raise JournalError(f"journal {self.path}: append failed at LSN {self.end}: {e}") from e
             self._offset = offset = offset + len(blob)
             end = self._start + offset
-        if self.fsync:
+        if self.fsync and sync:
             self.sync(end)
         return end
 
