@@ -91,7 +91,8 @@ class Spec:
 
 
 # -- the variants -----------------------------------------------------------------
-def tracemem_specs() -> list[Spec]:
+def tracemem_specs(default_safe: bool = False) -> list[Spec]:
+    """default_safe: the probe found durability "run" (the default) process-crash safe at return."""
     flow = build_flow("peers-durability")
 
     def store(name: str, after: bool = False, **kw: Any) -> Callable[[str], tuple[Variant, list[Any]]]:
@@ -102,7 +103,7 @@ def tracemem_specs() -> list[Spec]:
 
     fsync = store_has_fsync()
     return [
-        Spec(NOT_AT_RETURN, TM_RUN, store("run", after=True, durability="run")),
+        Spec(NOT_AT_RETURN if not default_safe else PER_RUN, TM_RUN, store("run", after=True, durability="run")),
         Spec(PER_RUN, TM_FI0, store("fi0", durability="run", flush_interval=0)),
         Spec(PER_RUN, TM_FI0_FSYNC, store("fi0-fsync", durability="run", flush_interval=0, fsync=True)
              if fsync else None, NO_FSYNC),
@@ -191,15 +192,16 @@ def burr_specs() -> list[Spec]:
     ]
 
 
-SPECS = {"tracemem": tracemem_specs, "langgraph": langgraph_specs, "burr": burr_specs}
+SPECS: dict[str, Callable[..., list[Spec]]] = {"tracemem": tracemem_specs, "langgraph": langgraph_specs,
+                                               "burr": burr_specs}
 
 
-def all_specs(peers: list[str]) -> tuple[list[Spec], list[str]]:
+def all_specs(peers: list[str], default_safe: bool = False) -> tuple[list[Spec], list[str]]:
     specs: list[Spec] = []
     notes: list[str] = []
     for peer in peers:
         try:
-            specs += SPECS[peer]()
+            specs += SPECS[peer](default_safe) if peer == "tracemem" else SPECS[peer]()
         except ImportError as exc:
             notes.append(f"{peer} skipped: {exc}")
     return specs, notes
@@ -222,6 +224,33 @@ def build_all(specs: list[Spec], folder: str) -> tuple[dict[str, Variant], list[
         variants[spec.label] = v
         closers += cs
     return variants, closers
+
+
+# -- what the default mode promises -----------------------------------------------
+PROBE = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from bench.overhead import build_flow
+from tracemem.store import Store
+store = Store({path!r})
+run = build_flow("probe").run({{}}, store=store)
+print(run.run_id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # right after flow.run returned: no flush, no exit handler
+"""
+
+
+def default_survives_kill(folder: str) -> Optional[bool]:
+    """Probed, not assumed: a child runs one flow into Store(path) (durability "run", the default),
+    is SIGKILLed as flow.run returns, and the file is reopened. True: that run is there (the default
+    mode is process-crash safe at return); None: the probe itself failed."""
+    path = os.path.join(folder, "probe.duckdb")
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(root=ROOT, path=path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    run_id = proc.stdout.strip()
+    if proc.returncode != -9 or not run_id:
+        return None
+    with Store(path) as store:
+        return run_id in {r["run_id"] for r in store.runs(limit=10)}
 
 
 # -- counting syncs ---------------------------------------------------------------
@@ -352,8 +381,14 @@ def durability(args: argparse.Namespace) -> None:
     quick = args.quick
     budget = min(args.budget, 0.4)
     runs_cap = 20 if quick else min(args.runs, 2000)
-    specs, notes = all_specs(args.peers)
     folder = tempfile.mkdtemp(prefix="tracemem-durability-", dir=args.dir or os.getcwd())
+    safe = default_survives_kill(folder)
+    specs, notes = all_specs(args.peers, bool(safe))
+    notes.insert(0, f"durability \"run\" (the default) probed: a child SIGKILLed as flow.run returned; "
+                    + {True: "the run was in the file on reopening, so it is listed as process-crash safe at "
+                             "return, per run",
+                       False: "the run was not in the file on reopening (not durable at return)",
+                       None: "the probe failed; listed as not durable at return"}[safe])
     try:
         variants, closers = build_all(specs, folder)
         bench, files = floors(folder, 300 if quick else 5000, 10 if quick else 100)
@@ -388,6 +423,9 @@ def report(specs: list[Spec], variants: dict[str, Variant], bench: Bench,
     print(f"  {'variant':<72} {'median':>9} {'min–max':>21} {'× tm run':>9}  {'syncs/run (fdatasync+fsync)':<28}")
     for group in GROUPS:
         print(f"### {group}")
+        if group == NOT_AT_RETURN and any(s.label == TM_RUN and s.group == PER_RUN for s in specs):
+            print(f"  {'tracemem on a file: none':<72} its default is journaled before flow.run returns "
+                  f"(probed, see the notes): next section")
         for spec in (s for s in specs if s.group == group):
             if spec.label not in variants:
                 print(f"  {spec.label:<72} {spec.why_not}")
