@@ -382,14 +382,14 @@ def durability(args: argparse.Namespace) -> None:
     budget = min(args.budget, 0.4)
     runs_cap = 20 if quick else min(args.runs, 2000)
     folder = tempfile.mkdtemp(prefix="tracemem-durability-", dir=args.dir or os.getcwd())
-    safe = default_survives_kill(folder)
-    specs, notes = all_specs(args.peers, bool(safe))
-    notes.insert(0, f"durability \"run\" (the default) probed: a child SIGKILLed as flow.run returned; "
-                    + {True: "the run was in the file on reopening, so it is listed as process-crash safe at "
-                             "return, per run",
-                       False: "the run was not in the file on reopening (not durable at return)",
-                       None: "the probe failed; listed as not durable at return"}[safe])
     try:
+        safe = default_survives_kill(folder)
+        specs, notes = all_specs(args.peers, bool(safe))
+        notes.insert(0, f"durability \"run\" (the default) probed: a child SIGKILLed as flow.run returned; "
+                        + {True: "the run was in the file on reopening, so it is listed as process-crash safe "
+                                 "at return, per run",
+                           False: "the run was not in the file on reopening (not durable at return)",
+                           None: "the probe failed; listed as not durable at return"}[safe])
         variants, closers = build_all(specs, folder)
         bench, files = floors(folder, 300 if quick else 5000, 10 if quick else 100)
         for v in variants.values():
