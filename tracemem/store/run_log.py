@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-from .batch import Batch, Mark, end_facts, padded_run_row, run_row
+from .batch import Batch, Mark, end_facts, padded_run_row, rows_since, run_row
 from .log_codec import CodecError, Entry, LogCodec, decode
 from .log_format import journal_dir
 from .segment_log import SegmentLog
@@ -72,9 +72,9 @@ class RunLog:
     def part(self, run: Run, start: Mark) -> None:
         """What a resumed run added since `start` (what the tables already hold), as one entry."""
         steps, reads, writes, decisions, counts = start
-        rows = [(t, r) for t, table_rows in run.rows.items() for r in table_rows[counts.get(t, 0):]]
         self._append(run.run_id, self.codec.part(run.run_id, run.steps[steps:], run.reads[reads:],
-                                                 run.writes[writes:], run.decisions[decisions:], rows))
+                                                 run.writes[writes:], run.decisions[decisions:],
+                                                 rows_since(run, counts)))
 
     def end(self, run: Run) -> None:
         """A run ended: the facts its runs row learns."""
@@ -82,9 +82,8 @@ class RunLog:
 
     def whole(self, run: Run) -> None:
         """A finished run in one entry (durability "run")."""
-        rows = [(t, r) for t, table_rows in run.rows.items() for r in table_rows]
         self._append(run.run_id, self.codec.run(run_row(run, self.lease), run.steps, run.reads, run.writes,
-                                                run.decisions, rows))
+                                                run.decisions, rows_since(run)))
 
     # -- after the tables hold runs ----------------------------------------------------------------
     def written(self, run_ids: Sequence[str]) -> None:
