@@ -1,7 +1,8 @@
 """tracemem side by side with LangGraph and Burr: µs per stage and chat storage growth.
 
     python bench/peers.py [--quick] [--peers tracemem,langgraph,burr] [--only SUBSTR ...]
-                          [--no-overhead] [--no-chat] [--reps N] [--budget S] [--runs N] [--turns N]
+                          [--section overhead|durability|chat ...] [--no-overhead] [--no-durability]
+                          [--no-chat] [--reps N] [--budget S] [--runs N] [--turns N] [--dir PATH]
 
 1. The 10-stage linear pipeline of bench/overhead.py (each stage reads 2 of 5 int
    fields and writes 1), built once per framework and run many times:
@@ -30,6 +31,12 @@
    added to the file(s) at 50/100/200/500 turns (after a checkpoint: DuckDB
    CHECKPOINT, SQLite wal_checkpoint(TRUNCATE); WAL files counted) and the fitted
    growth exponent (1 = linear, 2 = quadratic).
+3. Durability, like with like (bench/peers_durability.py): the same pipeline under one
+   section per guarantee (not durable at return; process-crash safe at return, per run;
+   process-crash safe per stage; power-loss safe per stage), µs per stage and the
+   fdatasync+fsync calls per run counted with strace, the machine's floors (write,
+   json.dumps, sqlite NORMAL/FULL, fdatasync, DuckDB commit) from the same run, and
+   issue 20's goals printed met / not met.
 Prints figures; asserts nothing.
 """
 from __future__ import annotations
@@ -80,6 +87,7 @@ def answer(user: str) -> str:
     return user[::-1] if user != MESSAGE else REPLY
 
 
+SECTIONS = ("overhead", "durability", "chat")
 BASELINE = "tracemem store, durability=run"
 PLAIN = "plain python (dict)"
 
@@ -207,9 +215,8 @@ def tracemem_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]
 
 
 # -- LangGraph --------------------------------------------------------------------
-def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.checkpoint.sqlite import SqliteSaver
+def langgraph_builder() -> Any:
+    """The pipeline as a LangGraph StateGraph (not compiled): 10 nodes in a line, each returning one key."""
     from langgraph.graph import END, START, StateGraph
 
     def node(i: int) -> Callable[[Five], dict[str, int]]:
@@ -227,7 +234,14 @@ def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]
     for i in range(STAGES - 1):
         builder.add_edge(f"s{i}", f"s{i + 1}")
     builder.add_edge(f"s{STAGES - 1}", END)
+    return builder
 
+
+def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    builder = langgraph_builder()
     bare = builder.compile()
     memory_saver = InMemorySaver()
     in_memory = builder.compile(checkpointer=memory_saver)
@@ -257,9 +271,13 @@ def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]
 
 
 # -- Burr -------------------------------------------------------------------------
-def burr_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
+BURR_LAST = f"s{STAGES - 1}"  # app.run(halt_after=[BURR_LAST]) runs the whole pipeline
+
+
+def burr_app_factory() -> Callable[..., Any]:
+    """The pipeline as a prebuilt Burr graph; the returned app(tracker=dir, persister=p) builds one
+    Application per run from it (a Burr run is an application instance)."""
     from burr.core import ApplicationBuilder, GraphBuilder, State, action
-    from burr.core.persistence import SQLitePersister
 
     def make_action(i: int) -> Any:
         a, b, out = wiring(i)
@@ -273,7 +291,6 @@ def burr_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
              .with_actions(**{f"s{i}": make_action(i) for i in range(STAGES)})
              .with_transitions(*[(f"s{i}", f"s{i + 1}") for i in range(STAGES - 1)])
              .build())
-    last = f"s{STAGES - 1}"
 
     def app(**extra: Any) -> Any:
         b = ApplicationBuilder().with_graph(graph).with_state(**initial()).with_entrypoint("s0")
@@ -282,6 +299,14 @@ def burr_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
         if "persister" in extra:
             b = b.with_state_persister(extra["persister"])
         return b.build()
+    return app
+
+
+def burr_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
+    from burr.core.persistence import SQLitePersister
+
+    app = burr_app_factory()
+    last = BURR_LAST
 
     tracker_dir = os.path.join(folder, "burr-tracker")
     conn = sqlite3.connect(os.path.join(folder, "burr-overhead.sqlite"), check_same_thread=False)
@@ -493,8 +518,13 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[],
                     help="keep only variants whose label contains this (repeatable); plain and tracemem "
                          "store(run) are always kept as the baselines")
+    ap.add_argument("--section", action="append", choices=SECTIONS, default=[],
+                    help="run only this section (repeatable; default: all of " + ", ".join(SECTIONS) + ")")
     ap.add_argument("--no-overhead", action="store_true", help="skip the µs/stage comparison")
     ap.add_argument("--no-chat", action="store_true", help="skip the chat storage comparison")
+    ap.add_argument("--no-durability", action="store_true", help="skip the durability table")
+    ap.add_argument("--dir", default=None,
+                    help="where the durability section's files go (default: a temp dir under the cwd, not tmpfs)")
     ap.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default 5, quick 2)")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds per measurement (default 1.0, quick 0.05)")
@@ -521,10 +551,14 @@ def main() -> None:
         except Exception:
             versions.append(f"{dist} (not installed)")
     print(f"python {sys.version.split()[0]}; " + ", ".join(versions))
+    sections = args.section or [s for s in SECTIONS if not getattr(args, f"no_{s}")]
     with tempfile.TemporaryDirectory(prefix="tracemem-peers-") as folder:
-        if not args.no_overhead:
+        if "overhead" in sections:
             overhead(args, folder)
-        if not args.no_chat:
+        if "durability" in sections:
+            from bench.peers_durability import durability
+            durability(args)
+        if "chat" in sections:
             chat(args, folder)
 
 

@@ -284,6 +284,19 @@ def parse_peers(text: str) -> dict:
     return {"rows": rows, "chat": chat, "notes": notes}
 
 
+def parse_durability_goals(text: str) -> list[tuple[str, str, str]]:
+    """peers.py's durability section prints issue 20's goals as 'goal: NAME: VALUE µs/stage — VERDICT'
+    or 'goal: NAME: not measured (WHY)'."""
+    out = []
+    for m in re.finditer(r"^goal: (.+?): (?:([0-9][0-9,.]* µs/stage) — (.+?)(?: \(quick run.*\))?|(not measured.*))$",
+                         text, re.M):
+        if m.group(4):
+            out.append((m.group(1), m.group(4), "—"))
+        else:
+            out.append((m.group(1), m.group(2), m.group(3)))
+    return out
+
+
 # -- the summary ------------------------------------------------------------------
 def verdict(value: Optional[float], target: float, at_most: bool, unit: str = "") -> str:
     if value is None:
@@ -342,6 +355,13 @@ def goals(results: dict[str, Result], quick: bool) -> list[tuple[str, str, str, 
                      verdict(st["ingest"], 100_000, False, " /s")))
     else:
         rows.append(("ingest (store.py)", "≥ 100,000 events/s", missing(results["store"]), "—"))
+
+    # durable modes against the peers (issue 20)
+    for name, measured, status in parse_durability_goals(results["peers"].stdout):
+        earlier = re.search(r"\(issue 20: ([^)]*)\)", name)
+        target = next(iter(re.findall(r"≤ .*$", name)),
+                      f"no slower than {earlier.group(1)}" if earlier else "(see peers.py)")
+        rows.append((f"{name} (peers.py)", target, measured, status))
 
     # chat storage
     target = "≤ 1 MB over 500 turns, linear (exponent ≤ 1.2)"

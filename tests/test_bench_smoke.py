@@ -69,6 +69,18 @@ def test_scale_prints_its_headlines_and_run_all_parses_them() -> None:
                if "heap" not in r[0])
 
 
+def test_run_all_reads_the_durability_goals() -> None:
+    text = ("goal: tracemem store (durability run) ≤ 20 µs/stage; reference here: plain 0.7\n"
+            "goal: flush_interval=0 ≤ 10 µs/stage: 153.65 µs/stage — not met (15.4× the limit)\n"
+            "goal: durability=\"stage\", process-crash safe ≤ 20 µs/stage: 12.50 µs/stage — met "
+            "(quick run: indicative only)\n"
+            "goal: fsync per stage ≤ 1.5× the fsync floor (163.2 µs): not measured (n/a (no fsync option))\n")
+    assert run_all.parse_durability_goals(text) == [
+        ("flush_interval=0 ≤ 10 µs/stage", "153.65 µs/stage", "not met (15.4× the limit)"),
+        ('durability="stage", process-crash safe ≤ 20 µs/stage', "12.50 µs/stage", "met"),
+        ("fsync per stage ≤ 1.5× the fsync floor (163.2 µs)", "not measured (n/a (no fsync option))", "—")]
+
+
 def test_run_all_reads_a_snapshot_table() -> None:
     text = ("## load_snapshot lookup: exact top-1 over stored runs; goal ≤ 10 ms at 100k\n"
             "    runs  fill s  matrix load ms  p50 ms  p95 ms\n"
@@ -98,6 +110,28 @@ def test_peers_quick() -> None:
     chats = {c["label"] for c in parsed["chat"]}
     assert any(c.startswith("langgraph") for c in chats) and any(c.startswith("burr") for c in chats)
     assert "WARNING" not in out  # the peers computed what tracemem computed
+    for row in ("langgraph SqliteSaver durability=sync, synchronous=FULL",
+                "langgraph SqliteSaver durability=exit, synchronous=NORMAL",
+                "burr SQLitePersister (per step), synchronous=NORMAL",
+                "burr SQLitePersister (per step), synchronous=FULL"):
+        assert row in out, row
+
+
+def test_peers_durability_table_tracemem_only() -> None:
+    """The durability section alone, tracemem only (~3 s): a section per guarantee, syncs counted, goals printed."""
+    out = run("bench/peers.py", "--section", "durability", "--quick", "--peers", "tracemem")
+    for group in ("### not durable at return", "### process-crash safe at return, per run",
+                  "### process-crash safe per stage", "### power-loss safe per stage",
+                  "### the machine's floors, same run"):
+        assert group in out, group
+    for floor in ("200 B os.write, O_APPEND", "json.dumps of a step entry", "synchronous=NORMAL",
+                  "synchronous=FULL", "os.write + fdatasync (the fsync floor)", "DuckDB INSERT+commit (file)"):
+        assert floor in out, floor
+    assert out.count("\ngoal: ") == 4
+    stage = next(line for line in out.splitlines() if line.strip().startswith("tracemem durability=stage "))
+    assert "not counted" not in stage
+    assert "## µs per stage" not in out and "turn chat" not in out  # --section ran that section only
+    assert run_all.parse_peers(out)["rows"] == []  # its rows never read as the overhead table's
 
 
 @pytest.mark.slow
