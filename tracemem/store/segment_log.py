@@ -310,9 +310,12 @@ class SegmentLog:
                 self._sync_cond.notify_all()
         return end
 
-    def checkpoint(self, upto: int) -> None:
+    def checkpoint(self, upto: int, sync: Optional[bool] = None) -> None:
         """Record that everything below LSN `upto` is applied elsewhere, then delete the segments
-        wholly below it. Call it only after the applied data is durable where it went."""
+        wholly below it. Call it only after the applied data is durable where it went. `sync`
+        (default: the log's `fsync`): make the marker itself power-loss safe; an applier whose
+        replay is idempotent can skip that, since an older marker only replays applied records."""
+        sync = self.fsync if sync is None else sync
         with self._lock:
             if upto > self.end:
                 raise JournalError(f"checkpoint({upto}) is past the journal's end ({self.end}): "
@@ -323,12 +326,12 @@ class SegmentLog:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.write(fd, marker_bytes(upto))
-                if self.fsync:
+                if sync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, self.path / "applied")
-            if self.fsync:
+            if sync:
                 self._fsync_dir()
             self.applied = upto
             while len(self._segments) > 1 and self._segments[1].start <= upto:
