@@ -111,10 +111,12 @@ class Printer:
 
 def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
     say = Printer(out)
-    if fresh:
+    if fresh:  # the file, its WAL, and what lives beside it: the run journal and the memory index
         for suffix in ("", ".wal"):
             if os.path.exists(db + suffix):
                 os.remove(db + suffix)
+        for suffix in (".journal", ".memindex"):
+            shutil.rmtree(db + suffix, ignore_errors=True)
     flow = build_flow()
     env = models()
     runs = []
