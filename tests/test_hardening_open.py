@@ -14,6 +14,9 @@ import pytest
 
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
+from tracemem.store.log_codec import decode
+from tracemem.store.log_format import RECORD_HEADER, frame, journal_dir
+from tracemem.store.segment_log import SegmentLog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -155,22 +158,40 @@ def _crashed_file(tmp_path) -> tuple[str, str]:
     return path, crashed["run_id"]
 
 
-def test_an_unreadable_journal_entry_is_left_out_and_named_on_its_run(tmp_path):
-    path, run_id = _crashed_file(tmp_path)
-    con = duckdb.connect(path)
-    con.execute("UPDATE step_journal SET payload = '{\"steps\": [[2, ' WHERE run_id = ? AND step = 2", [run_id])
-    con.execute("INSERT INTO step_journal VALUES ('0123456789abcdef', 0, 'run', 'not json at all')")
-    con.close()
-    with Store(path) as store:  # was: a raw JSONDecodeError, and the file could not be opened for writing
+def test_a_damaged_journal_record_is_reported_never_applied_and_named_on_its_run(tmp_path):
+    path, run_id = _crashed_file(tmp_path)  # journaled: the run's start, stage "one", stage "two"
+    log = SegmentLog(journal_dir(path), readonly=True)
+    records = log.read().records
+    log.close()
+    second = [r for r in records if decode(r.data).kind == "step"][1]
+    segment = max(journal_dir(path).glob("*.seg"))
+    with open(segment, "r+b") as f:  # one flipped byte inside stage "two"'s record
+        f.seek(second.lsn - int(segment.stem, 16) + RECORD_HEADER + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    said: list[str] = []
+    with Store(path, log=said.append) as store:  # opens, never applies either record
         assert set(store.interrupted) == {run_id}
         run = store.run(run_id)
-        assert run.status == "interrupted" and [s.stage for s in run.steps] == ["one"]  # step 1 kept
-        assert any("step_journal entry (step, step 2) could not be read and was left out: JSONDecodeError" in n
-                   for n in run.notes), run.notes
-        orphan = store.run("0123456789abcdef")  # a whole-run entry nobody can read still leaves a trace
-        assert orphan.status == "interrupted" and "could not be read" in orphan.error
-        assert "payload began 'not json at all'" in orphan.notes[0]
-        assert store.sql("SELECT count(*) FROM step_journal").fetchall() == [(0,)]
+        assert run.status == "interrupted" and [s.stage for s in run.steps] == ["one"]  # stage one kept
+        assert any("checksum mismatch" in n and "not applied" in n for n in run.notes), run.notes
+        assert any("checksum mismatch" in m and segment.name in m for m in said), said
+    with Store(path) as store:  # recovery applied once: opening again changes nothing
+        again = store.run(run_id)
+        assert [s.stage for s in again.steps] == ["one"] and again.notes == run.notes
+        assert store.sql("SELECT count(*) FROM runs").fetchall() == [(1,)]
+
+
+def test_a_journal_record_that_is_no_entry_is_reported_never_applied(tmp_path):
+    path, run_id = _crashed_file(tmp_path)
+    segment = max(journal_dir(path).glob("*.seg"))
+    with open(segment, "ab") as f:  # its checksum is right: only decoding can tell
+        f.write(frame(b"not json at all"))
+    said: list[str] = []
+    with Store(path, log=said.append) as store:
+        assert [s.stage for s in store.run(run_id).steps] == ["one", "two"]
+        assert any("was not applied: corrupt journal entry: not JSON" in m for m in said), said
 
 
 def test_an_unreadable_schema_version_says_what_and_what_to_do(tmp_path):

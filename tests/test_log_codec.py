@@ -92,7 +92,7 @@ def test_free_form_values_are_written_as_the_store_writes_them() -> None:
     (b'[1,"step","r",[],[],[],null,null,{"decisions":[["1","x",null]]}]', r"free.decisions\[0\]"),
     (b'[1,"begin","r",[],[],[],[{"x":1}],null]', "run should be null or a list of scalars"),
     (b'[1,"begin","r",[],[],[],{"x":1},null]', "run should be"),
-    (b'[1,"end","r",[],[],[],null,{"status":["x"]}]', "end should be null or a dict of scalars"),
+    (b'[1,"end","r",[],[],[],null,{"status":[1]}]', "end should be null or a dict of scalars"),
 ])
 def test_bad_entries_raise_codec_error_naming_the_field(data: bytes, match: str) -> None:
     with pytest.raises(CodecError, match=match):

@@ -11,7 +11,7 @@ be shared lives behind this interface, with one implementation per database:
 | opening, schema and migrations   | a file, its write lock, snapshots   | a database schema, an advisory lock |
 | liveness of a writer             | one writer per file; PIDs           | a lease per opening (pg/lease.py)   |
 | a batch of runs                  | Arrow tables, INSERT … SELECT       | COPY, one transaction               |
-| the journal (durability "stage") | step_journal in the file            | step_journal rows in the database   |
+| the journal (durable modes)      | <file>.journal/ (store/run_log.py)  | step_journal rows in the database   |
 | user SQL (`store.sql`)           | a DuckDB relation; fenced instance  | a materialized result; READ ONLY tx |
 | the memory's bulk SQL            | memory/sql.py (Arrow)               | pg/memory_sql.py (COPY, shared)     |
 | export / copy                    | COPY TO parquet; Arrow              | rows through Arrow                  |
@@ -50,6 +50,7 @@ class Backend(Protocol):
     snapshot_note: str
     memory_sql: Any  # what Memory runs its bulk SQL with (memory/sql.py or pg/memory_sql.py)
     shared: bool  # other processes write the same store at the same time
+    run_log: Any  # a DuckDB file's run journal (store/run_log.py); None: journal rows in the database
 
     def cursor(self) -> Any: ...
 
@@ -75,8 +76,10 @@ class Backend(Protocol):
 
 
 def open_backend(path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
-                 snapshot_if_locked: bool, log: Callable[[str], None], lease_seconds: float) -> Backend:
-    """Open the database `path` names (see the module docstring)."""
+                 snapshot_if_locked: bool, log: Callable[[str], None], lease_seconds: float,
+                 fsync: bool = False) -> Backend:
+    """Open the database `path` names (see the module docstring). `fsync`: the run journal of a DuckDB file
+    fdatasyncs each append (PostgreSQL's own commits are as durable as its server is configured)."""
     if is_postgres_url(path):
         try:
             from .pg.backend import PgBackend
@@ -89,4 +92,4 @@ def open_backend(path: str, *, read_only: bool, lock: threading.RLock, lease: st
     from .duck import DuckBackend
 
     return DuckBackend(path, read_only=read_only, lock=lock, lease=lease, block_size=block_size,
-                       snapshot_if_locked=snapshot_if_locked, log=log)
+                       snapshot_if_locked=snapshot_if_locked, log=log, fsync=fsync)

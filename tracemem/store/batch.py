@@ -145,10 +145,11 @@ class Progress:
     """How far a run has got towards its tables: how it was journaled, and (durability "stage") how much
     of its record has reached the tables (`written`) and how much is complete (`done`)."""
 
-    journal: Optional[Literal["stage", "run"]] = None
+    journal: Optional[Literal["stage", "run"]] = None  # its step_journal rows (None: none, or the run journal)
     written: Optional[Mark] = None
     done: Optional[Mark] = None
-    resumed: bool = False  # a resumed run: its runs row exists (claimed), its record so far is `written`
+    row: bool = False  # its runs row is in the tables (written when it started, with its finished stages,
+    #                    or claimed by a resume, whose record so far is `written`)
 
 
 class Batch:
@@ -203,7 +204,7 @@ class Batch:
         """A finished run; one journaled under durability "stage" already has its runs row,
         and maybe some steps in the tables (`progress.written`)."""
         progress = progress or Progress()
-        if progress.journal == "stage" or progress.resumed:
+        if progress.row:
             self.finished.append((run.run_id, end_facts(run)))
         else:
             self.rows["runs"].append(run_row(run, self.lease))

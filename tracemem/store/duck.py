@@ -25,6 +25,7 @@ from .batch import Batch
 from .diagnose import open_error
 from .opening import connect, recover_dead_runs
 from .retention import export
+from .run_log import RunLog, open_run_log
 from .tables import open_schema
 from .user_sql import UserSQL
 
@@ -39,7 +40,7 @@ class DuckBackend:
     memory_sql = memory_sql
 
     def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
-                 snapshot_if_locked: bool, log: Callable[[str], None]) -> None:
+                 snapshot_if_locked: bool, log: Callable[[str], None], fsync: bool = False) -> None:
         self.label = path
         self.read_only = read_only
         self.write_lock = lock  # one connection: writes share the store's lock
@@ -55,6 +56,7 @@ class DuckBackend:
             # removed by close(); if setup fails or close() is never called, when this goes (or at exit)
             weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
         self._local = threading.local()
+        self.run_log: Optional[RunLog] = None
         try:
             with lock:
                 open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
@@ -63,14 +65,16 @@ class DuckBackend:
                     salt = os.urandom(16).hex()
                     set_meta(self.con, "secret_salt", salt)
                 self.salt: Optional[str] = salt  # hex (the Store derives its key from it)
+                if not read_only and path != ":memory:":  # replayed first: it may hold runs left running
+                    self.run_log = open_run_log(path, self.con, salt or "", fsync=fsync, lease=lease, say=log)
                 # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
                 # journal is replayed, and those that never ended are marked interrupted
                 self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
         except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
-            self.con.close()
+            self._close_files()
             raise open_error(err, opened.snapshot_of or self.path) from None
         except BaseException:
-            self.con.close()
+            self._close_files()
             raise
         # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
@@ -133,8 +137,13 @@ class DuckBackend:
     def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
         return export(self.con, directory, progress=progress)
 
-    def close(self) -> None:
+    def _close_files(self) -> None:
         self.con.close()
+        if self.run_log is not None:
+            self.run_log.close()
+
+    def close(self) -> None:
+        self._close_files()
         if self.user_sql is not None:
             self.user_sql.close()
         if self._snapshot_dir is not None:

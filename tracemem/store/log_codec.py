@@ -88,6 +88,14 @@ def _orjson_dumps() -> Optional[Callable[[Any], bytes]]:
     return fast
 
 
+def _text(value: Any) -> str:
+    """A value as the store writes it (`str`), or what it is when even that fails: never raises."""
+    try:
+        return str(value)
+    except Exception as err:  # noqa: BLE001 - an object whose __str__ raises must not stop the run
+        return f"<{type(value).__name__}: str() raised {type(err).__name__}>"
+
+
 def _free_json(decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> Optional[bytes]:
     """The free-form part: decisions (with their evidence) and extra table rows, telemetry rows left out."""
     free: dict[str, Any] = {}
@@ -97,7 +105,7 @@ def _free_json(decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str
     kept_rows = [(t, r) for t, r in rows if not t.startswith("_")]
     if kept_rows:
         free["rows"] = kept_rows
-    return json.dumps(free, default=str, separators=(",", ":")).encode() if free else None
+    return json.dumps(free, default=_text, separators=(",", ":")).encode() if free else None
 
 
 class LogCodec:
@@ -126,6 +134,11 @@ class LogCodec:
         free = _free_json([decision] if decision is not None else (), rows) if decision or rows else None
         return self._entry("step", run_id, (step,), reads, writes, free=free)
 
+    def part(self, run_id: str, steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
+             decisions: Sequence[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
+        """Several finished stages in one "step" entry (what a resumed run added)."""
+        return self._entry("step", run_id, steps, reads, writes, free=_free_json(decisions, rows))
+
     def begin(self, run_row: Sequence[Any]) -> bytes:
         """A run started (durability "stage"): its runs row; its first field is the run id."""
         return self._entry("begin", run_row[0], run=run_row)
@@ -149,6 +162,11 @@ WRITE_SPEC = (int, int, str, str, (str, _OPT))
 _SCALARS = (str, int, float, bool, type(None))  # exact types: a JSON parser makes nothing else
 
 
+def _scalar(value: Any) -> bool:
+    """A scalar, or a list of strings (a run's notes)."""
+    return type(value) in _SCALARS or (type(value) is list and all(type(v) is str for v in value))
+
+
 def _fail(where: str, want: str, got: Any) -> CodecError:
     return CodecError(f"corrupt journal entry: {where} should be {want}, got {type(got).__name__} {got!r:.60}")
 
@@ -170,9 +188,9 @@ def _fields(items: Any, spec: tuple, where: str) -> list[list[Any]]:
 def _scalars(value: Any, where: str, container: type) -> Any:
     if value is None:
         return None
-    if type(value) is not container or not all(type(v) in _SCALARS
+    if type(value) is not container or not all(_scalar(v)
                                                for v in (value if container is list else value.values())):
-        raise _fail(where, f"null or a {container.__name__} of scalars", value)
+        raise _fail(where, f"null or a {container.__name__} of scalars (or lists of strings)", value)
     return value
 
 

@@ -45,6 +45,7 @@ Opening a log whose last segment has a damaged tail leaves that segment as it is
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import zlib
@@ -194,8 +195,9 @@ class SegmentLog:
                 except OSError:  # a file system without fallocate: plain appends
                     pass
             os.pwrite(fd, segment_header(start, flags), 0)
-            os.fsync(fd)
-            self._fsync_dir()
+            if self.fsync:  # without fsync nothing promises to outlive a power loss, so opening stays cheap
+                os.fsync(fd)
+                self._fsync_dir()
         except BaseException:
             os.close(fd)
             raise
@@ -244,8 +246,9 @@ class SegmentLog:
                 offset = self._offset
             try:
                 written = os.pwrite(self._fd, blob, offset)
-                if written != len(blob):
-                    raise OSError(f"short write: {written} of {len(blob)} bytes")
+                if written != len(blob):  # a regular file writes short only when its disk is full
+                    raise OSError(errno.ENOSPC, f"short write ({written} of {len(blob)} bytes): "
+                                                f"{os.strerror(errno.ENOSPC)}")
             except OSError as e:
                 self._undo(offset, len(blob), e)
                 raise JournalError(f"journal {self.path}: append failed at LSN {self.end}: {e}") from e

@@ -64,7 +64,8 @@ class Store:
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
                  snapshot_if_locked: bool = False, block_size: int = 16384,
                  log: Callable[[str], None] = lambda message: None, max_queue: int = MAX_COST,
-                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG, lease_seconds: float = 10.0) -> None:
+                 max_batch: int = BATCH_COST, max_lag: float = MAX_LAG, lease_seconds: float = 10.0,
+                 fsync: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
@@ -80,7 +81,7 @@ class Store:
             self._claim = open_stores.claim(self.path, caller())  # per file per process (PostgreSQL: any number)
         try:
             # PostgreSQL: a dead writer's runs are marked interrupted within about `lease_seconds`
-            self._open(read_only, snapshot_if_locked, log, lease_seconds)
+            self._open(read_only, snapshot_if_locked, log, lease_seconds, fsync)
         except BaseException:
             if self._claim is not None:
                 open_stores.release(self._claim)
@@ -105,12 +106,12 @@ class Store:
                 open_stores.sigterm_installed = install_sigterm_flush(open_stores.flush_all)
 
     def _open(self, read_only: bool, snapshot_if_locked: bool, log: Callable[[str], None],
-              lease_seconds: float) -> None:
+              lease_seconds: float, fsync: bool) -> None:
         """Open the database (store/backend.py: the schema checked, created or migrated, and runs a dead
         writer left running recovered) and read its secret salt."""
         self.backend: Backend = open_backend(self.path, read_only=read_only, lock=self.lock, lease=self.lease,
                                              block_size=self.block_size, snapshot_if_locked=snapshot_if_locked,
-                                             log=log, lease_seconds=lease_seconds)
+                                             log=log, lease_seconds=lease_seconds, fsync=fsync)
         self.path, self.con = self.backend.path, self.backend.con
         self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
         self.interrupted = self.backend.interrupted  # runs found running under a dead writer's lease

@@ -5,13 +5,16 @@ writes them in columnar batches, the step journal, and each run's progress towar
 its tables. The runner reaches it only through `StoreSink` (what `Store.sink()` returns).
 
 Durability "run" (default): a finished run is queued whole and written by the
-background thread within `flush_interval` seconds (and on flush/close/exit/SIGTERM),
-so a crash loses at most the runs still queued and never half a run. The queue is
-bounded (`flow.run` waits for room), which bounds that loss; bench/store.py measures it.
-`flush_interval=0` journals each run before `flow.run` returns.
-Durability "stage": the run row is written when the run starts, and each finished
-stage is journaled before the next starts; reopening a file after a crash replays
-the journal and marks such a run `interrupted`.
+background thread within `flush_interval` seconds (and on flush/close/exit/SIGTERM).
+On a DuckDB file it is first appended to the run journal (store/run_log.py), so a
+process crash loses no run `flow.run` returned; elsewhere (`:memory:`, PostgreSQL) a
+crash loses at most the runs still queued, never half a run. The queue is bounded
+(`flow.run` waits for room). `flush_interval=0` journals each run before `flow.run`
+returns there too (a `step_journal` row).
+Durability "stage": each finished stage is journaled before the next starts (the run
+journal on a file; `step_journal` rows elsewhere, after the runs row is written when
+the run starts); reopening after a crash replays the journal and marks such a run
+`interrupted`.
 
 Nothing one run holds can stop the others: a batch that fails on a value is written
 run by run (store/batch.py makes values storable first, noting each change on its
@@ -33,6 +36,7 @@ from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
 from .journal import end_entry, part_entry, run_entry, step_entry
+from .segment_log import JournalError
 from .snapshots import embedding_rows
 
 RETRY_INTERVAL = 1.0  # seconds between the writer's retries once the file could not be written
@@ -47,6 +51,7 @@ class Writer:
                  on_end: Callable[[Run], None] = lambda run: None,
                  on_written: Callable[[int], None] = lambda count: None) -> None:
         self.backend = backend  # where batches and journal rows go (store/backend.py)
+        self.runlog = backend.run_log  # a DuckDB file's run journal (store/run_log.py), else None
         self.lock = backend.write_lock
         self.path = path
         self.flush_interval = flush_interval  # 0: each run is journaled before flow.run returns
@@ -81,7 +86,8 @@ class Writer:
     def _failed(self, err: BaseException, what: str) -> StoreError:
         """A failure of the file itself: remembered (so the store stops accepting runs) and returned."""
         failure = StoreError(
-            f"the store {self.path} stopped accepting runs: {what} failed because {storage_failure(err)}. "
+            f"the store {self.path} stopped accepting runs: {what} failed because "
+            f"{storage_failure(err) or first_line(err)}. "
             f"Runs already returned by flow.run stay queued in memory and are retried every {RETRY_INTERVAL:g} s; "
             f"free disk space (or fix the file's storage) before this process exits, or they are lost")
         failure.__cause__ = err
@@ -112,6 +118,17 @@ class Writer:
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         """One durable journal row (see store/journal.py)."""
         self.write_durably(f"journaling run {run_id}", None, [run_id, step, kind, payload])
+
+    def logged(self, what: str, append: Callable[..., None], *args: Any) -> None:
+        """Append to the run journal; a failure of its disk stops the store as a failed write does."""
+        if self.backlog.failure is not None:
+            self.check()
+        try:
+            append(*args)
+        except JournalError as err:
+            failure = self._failed(err.__cause__ or err, what)
+            self.backlog.failure = failure
+            raise failure from err
 
     # -- the queue -----------------------------------------------------------------------
     def enqueue(self, run: Run) -> None:
@@ -154,11 +171,17 @@ class Writer:
                 self.backlog.put_back(runs, self._failed(err, f"writing {len(runs)} runs"))
                 return False
             return self._write_each(runs)
-        for run in runs:
-            self.progress.pop(run.run_id, None)
-        self.backlog.written()
+        self._done(runs)
         self.on_written(len(runs))
         return True
+
+    def _done(self, runs: list[Run]) -> None:
+        """These runs are in the tables (or given up, said in errors): forget them, and their journal."""
+        for run in runs:
+            self.progress.pop(run.run_id, None)
+        if self.runlog is not None:
+            self.runlog.written([run.run_id for run in runs])
+        self.backlog.written()
 
     def _write_each(self, runs: list[Run]) -> bool:
         """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
@@ -185,8 +208,7 @@ class Writer:
             else:
                 self.errors.append(TracememError(f"run {run.run_id} of '{run.pipeline}' could not be written to "
                                                  f"{self.path}: {first}"))
-            self.progress.pop(run.run_id, None)
-        self.backlog.written()
+        self._done(runs)
         return True
 
     @staticmethod
@@ -219,11 +241,14 @@ class Writer:
                 if progress is None or done is None or done == progress.written:
                     continue
                 batch = Batch(self.lease)
+                if not progress.row:  # journaled by the run journal: its runs row is not in the tables yet
+                    batch.rows["runs"].append(run_row(run, self.lease))
                 batch.add_part(run, progress.written, done)
                 start = progress.written[0] if progress.written else 0
-                batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:done[0]]]))
+                if self.runlog is None:
+                    batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:done[0]]]))
                 self.write_durably(f"writing the finished stages of run {run.run_id}", batch)
-                progress.written = done
+                progress.written, progress.row = done, True
 
     def flush(self) -> None:
         """Write every queued run now (and every finished stage of running "stage" runs); raise what
@@ -259,17 +284,22 @@ class StoreSink:
         self.writer.check()  # a store whose file failed accepts no new runs
         if run.resumed_from is not None:  # its runs row exists (claimed by flow.resume), its record so far too
             mark = run.resumed_from
-            self.writer.progress[run.run_id] = Progress(written=mark, done=mark, resumed=True)
+            self.writer.progress[run.run_id] = Progress(written=mark, done=mark, row=True)
             if self.durability == "stage":
                 self.writer.inflight[run.run_id] = run
             return
         if self.durability == "stage":
-            batch = Batch(self.writer.lease)
-            batch.rows["runs"].append(run_row(run, self.writer.lease))
-            batch.runs[run.run_id] = run
-            self.writer.write_durably(f"starting run {run.run_id}", batch)
-            self.writer.progress[run.run_id] = Progress()
-            self.writer.inflight[run.run_id] = run
+            writer = self.writer
+            if writer.runlog is not None:
+                writer.logged(f"journaling the start of run {run.run_id}", writer.runlog.begin, run)
+                writer.progress[run.run_id] = Progress()
+            else:
+                batch = Batch(writer.lease)
+                batch.rows["runs"].append(run_row(run, writer.lease))
+                batch.runs[run.run_id] = run
+                writer.write_durably(f"starting run {run.run_id}", batch)
+                writer.progress[run.run_id] = Progress(row=True)
+            writer.inflight[run.run_id] = run
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -277,17 +307,32 @@ class StoreSink:
             if table not in EXTRA_TABLES and not table.startswith("_"):
                 raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
                                     f"known: {', '.join(sorted(EXTRA_TABLES))}")
-        if self.durability == "stage":  # one journal insert; the run's rows reach their tables at its end
-            self.writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
-            self.writer.progress[run.run_id].done = mark_of(run)
+        if self.durability == "stage":  # one journal append; the run's rows reach their tables at its end
+            writer = self.writer
+            if writer.runlog is not None:
+                writer.logged(f"journaling run {run.run_id}", writer.runlog.step, run, step, reads, writes,
+                              decision, rows)
+            else:
+                writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
+            writer.progress[run.run_id].done = mark_of(run)
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
         writer.on_end(run)
-        if self.durability == "stage":
+        runlog = writer.runlog
+        if self.durability == "stage" and runlog is not None:
+            writer.logged(f"journaling the end of run {run.run_id}", runlog.end, run)
+            writer.inflight.pop(run.run_id, None)
+        elif self.durability == "stage":
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"
             writer.inflight.pop(run.run_id, None)
+        elif runlog is not None and run.resumed_from is not None:  # on disk before flow.resume returns
+            writer.logged(f"journaling run {run.run_id}", runlog.part, run,
+                          writer.progress[run.run_id].written or run.resumed_from)
+            writer.logged(f"journaling the end of run {run.run_id}", runlog.end, run)
+        elif runlog is not None:  # every run is on disk before flow.run returns
+            writer.logged(f"journaling run {run.run_id}", runlog.whole, run)
         elif writer.flush_interval <= 0 and run.resumed_from is not None:  # on disk before flow.resume returns
             progress = writer.progress[run.run_id]
             start = progress.written or run.resumed_from

@@ -37,6 +37,7 @@ class PgBackend:
 
     kind = "postgres"
     shared = True
+    run_log = None  # durable progress is step_journal rows: any worker can recover a dead one's runs
     snapshot_of: Optional[str] = None
     snapshot_note = ""
 
