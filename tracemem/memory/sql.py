@@ -25,7 +25,7 @@ from ..dbmeta import META_DDL
 from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
 __all__ = ["transaction", "bulk_wal", "insert_records", "insert_events", "fetch_records", "load_live",
-           "update_record", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "SHARED"]
+           "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "SHARED"]
 
 SHARED = False  # one process writes a DuckDB file: its index is the truth (see memory/shared.py)
 
@@ -165,8 +165,9 @@ def fetch_records(con: duckdb.DuckDBPyConnection, where: str, params: Sequence[A
     return con.execute(f"SELECT {_COLS} FROM memories WHERE {where}", list(params)).fetchall()
 
 
-def update_record(con: duckdb.DuckDBPyConnection, memory_id: str, fields: dict[str, Any]) -> None:
-    """UPDATE the given columns of one record (embedding as a float list)."""
+def update_statement(memory_id: str, fields: dict[str, Any],
+                     embedding: str = "CAST(? AS FLOAT[])") -> tuple[str, list[Any]]:
+    """The UPDATE of the given columns of one record (embedding as a float list, cast by `embedding`)."""
     sets, params = [], []
     for col, value in fields.items():
         if col not in MEMORY_COLUMNS and col != "embedding":
@@ -175,9 +176,14 @@ def update_record(con: duckdb.DuckDBPyConnection, memory_id: str, fields: dict[s
             value = list(value)
         elif col == "embedding" and value is not None:
             value = np.asarray(value, dtype=np.float32).tolist()
-        sets.append(f"{col} = ?" if col != "embedding" else "embedding = CAST(? AS FLOAT[])")
+        sets.append(f"{col} = ?" if col != "embedding" else f"embedding = {embedding}")
         params.append(value)
-    con.execute(f"UPDATE memories SET {', '.join(sets)} WHERE memory_id = ?", [*params, memory_id])
+    return f"UPDATE memories SET {', '.join(sets)} WHERE memory_id = ?", [*params, memory_id]
+
+
+def update_record(con: duckdb.DuckDBPyConnection, memory_id: str, fields: dict[str, Any]) -> None:
+    """UPDATE the given columns of one record (embedding as a float list)."""
+    con.execute(*update_statement(memory_id, fields))
 
 
 def load_live(con: duckdb.DuckDBPyConnection,

@@ -134,6 +134,12 @@ COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by c
 Mark = tuple[int, int, int, int, dict[str, int]]  # counts of steps, reads, writes, decisions, rows per table
 
 
+def rows_since(run: Run, counts: Optional[dict[str, int]] = None) -> list[tuple[str, dict[str, Any]]]:
+    """A run's extra table rows as (table, row), past `counts` rows per table (None: all of them)."""
+    counts = counts or {}
+    return [(t, r) for t, rows in run.rows.items() for r in rows[counts.get(t, 0):]]
+
+
 def mark_of(run: Run) -> Mark:
     """How much of a run's record exists now."""
     return (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
-from .batch import GIVEN, Batch, Mark, end_facts, padded_run_row, run_row
+from .batch import GIVEN, Batch, Mark, end_facts, padded_run_row, rows_since, run_row
 
 
 def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
@@ -39,15 +39,13 @@ def end_entry(run: Run) -> str:
 def part_entry(run: Run, start: Mark) -> str:
     """The record a resumed run added since `start` (what it already had in the tables), as one entry."""
     steps, reads, writes, decisions, rows = start
-    extra = [(t, r) for t, table_rows in run.rows.items() for r in table_rows[rows.get(t, 0):]]
     return json.dumps(_content(run.steps[steps:], run.reads[reads:], run.writes[writes:], run.decisions[decisions:],
-                               extra), default=str)
+                               rows_since(run, rows)), default=str)
 
 
 def run_entry(run: Run, lease: Optional[str] = None) -> str:
-    extra = [(t, r) for t, rows in run.rows.items() for r in rows]
     return json.dumps({"run": list(run_row(run, lease)), **_content(run.steps, run.reads, run.writes, run.decisions,
-                                                              extra)}, default=str)
+                                                              rows_since(run))}, default=str)
 
 
 def replay(entries: Iterable[tuple[str, int, str, str]]) -> tuple[Batch, dict[str, Optional[dict[str, Any]]]]:

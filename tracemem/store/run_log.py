@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
-from .batch import Batch, Mark, end_facts, padded_run_row, run_row
+from .batch import Batch, Mark, end_facts, padded_run_row, rows_since, run_row
 from .log_codec import CodecError, Entry, LogCodec, decode
 from .log_format import journal_dir
 from .segment_log import SegmentLog
@@ -52,16 +52,17 @@ class RunLog:
         self._first: dict[str, int] = {}  # runs whose records the tables do not hold yet -> their first LSN
         self._lock = threading.Lock()
 
-    def _append(self, run_id: str, data: bytes) -> None:
+    def _append(self, run_id: str, data: bytes, sync: bool = True) -> None:
         if run_id not in self._first:  # registered before its record exists: a checkpoint never passes it
             with self._lock:
                 self._first.setdefault(run_id, self.log.end)
-        self.log.append(data)
+        self.log.append(data, sync)
 
     # -- what the writer journals ---------------------------------------------------------------
     def begin(self, run: Run) -> None:
-        """A durability "stage" run started: its runs row."""
-        self._append(run.run_id, self.codec.begin(run_row(run, self.lease)))
+        """A durability "stage" run started: its runs row (synced with its first stage: until a stage
+        finishes, a run lost to a power cut had nothing to lose)."""
+        self._append(run.run_id, self.codec.begin(run_row(run, self.lease)), sync=False)
 
     def step(self, run: Run, step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
              rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -71,9 +72,9 @@ class RunLog:
     def part(self, run: Run, start: Mark) -> None:
         """What a resumed run added since `start` (what the tables already hold), as one entry."""
         steps, reads, writes, decisions, counts = start
-        rows = [(t, r) for t, table_rows in run.rows.items() for r in table_rows[counts.get(t, 0):]]
         self._append(run.run_id, self.codec.part(run.run_id, run.steps[steps:], run.reads[reads:],
-                                                 run.writes[writes:], run.decisions[decisions:], rows))
+                                                 run.writes[writes:], run.decisions[decisions:],
+                                                 rows_since(run, counts)))
 
     def end(self, run: Run) -> None:
         """A run ended: the facts its runs row learns."""
@@ -81,9 +82,8 @@ class RunLog:
 
     def whole(self, run: Run) -> None:
         """A finished run in one entry (durability "run")."""
-        rows = [(t, r) for t, table_rows in run.rows.items() for r in table_rows]
         self._append(run.run_id, self.codec.run(run_row(run, self.lease), run.steps, run.reads, run.writes,
-                                                run.decisions, rows))
+                                                run.decisions, rows_since(run)))
 
     # -- after the tables hold runs ----------------------------------------------------------------
     def written(self, run_ids: Sequence[str]) -> None:

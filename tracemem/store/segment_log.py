@@ -221,13 +221,13 @@ class SegmentLog:
         """The LSN the next record gets (everything below it has been appended)."""
         return self._start + self._offset
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes, sync: bool = True) -> int:
         """Write one record; returns its `end` LSN. Process-crash safe on return (and
-        power-loss safe with `fsync=True`)."""
+        power-loss safe with `fsync=True`, unless `sync=False`: the next synced append covers it)."""
         n = len(data)
         if not 0 < n <= self.max_record:
             raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {n}")
-        return self._write(_pack(n, _crc32(data, n)) + data)  # frame(data), inlined: this is the hot path
+        return self._write(_pack(n, _crc32(data, n)) + data, sync)  # frame(data), inlined: the hot path
 
     def append_many(self, records: Sequence[bytes]) -> int:
         """Write records with one write call (all or, after a crash, a valid prefix); returns the end LSN."""
@@ -236,7 +236,7 @@ class SegmentLog:
                 raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {len(data)}")
         return self._write(b"".join([frame(d) for d in records])) if records else self.end
 
-    def _write(self, blob: bytes) -> int:
+    def _write(self, blob: bytes, sync: bool = True) -> int:
         with self._lock:
             if self._broken:
                 raise JournalError(self._broken)
@@ -254,7 +254,7 @@ class SegmentLog:
                 raise JournalError(f"journal {self.path}: append failed at LSN {self.end}: {e}") from e
             self._offset = offset = offset + len(blob)
             end = self._start + offset
-        if self.fsync:
+        if self.fsync and sync:
             self.sync(end)
         return end
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from ...memory import fingerprint
 from ...memory.fingerprint import Fingerprint
+from ...memory.sql import update_statement
 from ...memory.tables import MEMORY_COLUMNS
 from .connection import PgConnection
 from .copy import copy_table
@@ -99,17 +100,7 @@ class PgMemorySQL:
         return [tuple(r) for r in con.execute(f"SELECT {_COLS} FROM memories WHERE {where}", list(params)).fetchall()]
 
     def update_record(self, con: PgConnection, memory_id: str, fields: dict[str, Any]) -> None:
-        sets, params = [], []
-        for col, value in fields.items():
-            if col not in MEMORY_COLUMNS and col != "embedding":
-                raise KeyError(col)
-            if col == "tags":
-                value = list(value)
-            elif col == "embedding" and value is not None:
-                value = np.asarray(value, dtype=np.float32).tolist()
-            sets.append(f"{col} = ?" if col != "embedding" else f"embedding = ?::real[]{self._cast()}")
-            params.append(value)
-        con.execute(f"UPDATE memories SET {', '.join(sets)} WHERE memory_id = ?", [*params, memory_id])
+        con.execute(*update_statement(memory_id, fields, f"?::real[]{self._cast()}"))
         if "updated_at" in fields:
             self.written[memory_id] = fields["updated_at"]
 
