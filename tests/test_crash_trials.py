@@ -20,8 +20,9 @@ What each mode promises, and what is checked after every kill:
   follow from the run's input); no run is left 'running'; a second opening shows the same
   content; at most one run in the file never returned (the one in flight, the next input).
 - durability="run" (default, flush_interval 0.05): every run in the file is whole and 'ok';
-  runs that `flow.run` returned more than 2 s before the kill are present (the bounded-loss
-  window is ~max_lag plus a batch or two; 2 s is generous for a noisy 2-core machine).
+  every run whose `flow.run` returned before the kill is present (the run journal; before it,
+  this mode promised only runs older than the bounded-loss window, and the trials that wait
+  2.2-3 s still exercise that window).
 - `Store(path, flush_interval=0)`: every run whose `flow.run` returned before the kill is in
   the file, whole, with status 'ok'; the run in flight is whole or absent.
 - durability="stage": every stage that finished before the kill is in the file (its steps
@@ -55,7 +56,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = 10
-WINDOW = 2.0  # seconds: runs returned longer before the kill than this must survive durability "run"
 TRIALS = int(os.environ.get("TRACEMEM_CRASH_TRIALS", "30"))
 FIRST_SEED = int(os.environ.get("TRACEMEM_CRASH_SEED", "0"))
 
@@ -115,7 +115,7 @@ class Tally:
     trials: int = 0
     runs: int = 0  # runs found in the file and checked whole (or interrupted with their finished stages)
     returned: int = 0  # runs flow.run returned, per the side file
-    promised: int = 0  # returned runs the mode promises to keep (all of them, or those older than WINDOW)
+    promised: int = 0  # returned runs the mode promises to keep (all of them)
     stages: int = 0  # finished stages the side file reported, each found in the file
     lost: int = 0  # returned runs the mode may lose and did (durability "run" only)
     oldest_lost: float = 0.0  # seconds between the oldest lost run's return and the kill
@@ -242,13 +242,11 @@ def _check(store: Store, mode: str, seed: int, killed_at: float, returned: dict[
     tally.interrupted += sum(1 for v in present.values() if v[0] == "interrupted")
 
     # what the mode promises to keep
-    if mode == "run":
-        promised = {r for r, (_, at) in returned.items() if at < killed_at - WINDOW}
+    if mode == "run":  # tallied for the report (before the run journal it lost the last ~0.3 s of runs)
         lost = [(killed_at - at, r) for r, (_, at) in returned.items() if r not in present]
         tally.lost += len(lost)
         tally.oldest_lost = max([tally.oldest_lost] + [age for age, _ in lost])
-    else:
-        promised = set(returned)
+    promised = set(returned)  # a DuckDB file journals every run before flow.run returns, in every mode
     for run_id in promised:
         i, at = returned[run_id]
         assert run_id in present, (f"{where}: run {run_id} (run #{i}) returned {killed_at - at:.3f} s before "
@@ -316,7 +314,7 @@ def test_sigkill_at_random_points_keeps_every_promise_of_the_mode(tmp_path, mode
     for trial in range(TRIALS):
         _trial(tmp_path, mode, kwargs, base_seed + FIRST_SEED + trial, tally)
     tally.seconds = time.monotonic() - started
-    window = (f", lost {tally.lost} returned runs (all younger than {WINDOW} s; oldest {tally.oldest_lost:.3f} s)"
+    window = (f", lost {tally.lost} returned runs (oldest {tally.oldest_lost:.3f} s before the kill)"
               if mode == "run" else "")
     print(f"\ncrash trials [{mode}]: {tally.trials} trials in {tally.seconds:.1f} s; {tally.runs} runs checked "
           f"whole in the file, {tally.interrupted} of them interrupted; {tally.returned} returned, "
