@@ -7,7 +7,8 @@ same 10-stage pipeline runs under every variant, grouped by what survives when `
 `invoke()` returns:
 
 1. not durable at return: tracemem durability="run" (default, batched by a background
-   writer; the final flush of a measurement is timed), LangGraph without a checkpointer
+   writer; placed here or, when a SIGKILL probe finds it journaled at return, in 2),
+   LangGraph without a checkpointer
    and with InMemorySaver, Burr without a persister;
 2. process-crash safe at return, per run: tracemem flush_interval=0, LangGraph
    SqliteSaver durability="exit" (synchronous=NORMAL); with a power-loss safe row each
@@ -22,7 +23,8 @@ same 10-stage pipeline runs under every variant, grouped by what survives when `
    set it).
 
 Each variant's µs per stage is the median of interleaved repetitions (as in the overhead
-section). Its fdatasync and fsync calls per run are counted, not inferred: one child
+section); every tracemem variant's final flush is timed, so the background writer's work
+counts. Its fdatasync and fsync calls per run are counted, not inferred: one child
 process builds every variant again and runs each as many runs as its timing did, under
 `strace -f -e trace=fsync,fdatasync` with a getppid() marker before and after each one
 (sqlite and DuckDB sync from C, which no Python-level wrapper sees; without strace the
@@ -95,15 +97,15 @@ def tracemem_specs(default_safe: bool = False) -> list[Spec]:
     """default_safe: the probe found durability "run" (the default) process-crash safe at return."""
     flow = build_flow("peers-durability")
 
-    def store(name: str, after: bool = False, **kw: Any) -> Callable[[str], tuple[Variant, list[Any]]]:
-        def build(folder: str) -> tuple[Variant, list[Any]]:
-            s = Store(os.path.join(folder, f"tm-{name}.duckdb"), **kw)
-            return Variant(name, lambda: flow.run({}, store=s), s.flush if after else None), [s]
+    def store(name: str, **kw: Any) -> Callable[[str], tuple[Variant, list[Any]]]:
+        def build(folder: str) -> tuple[Variant, list[Any]]:  # every mode's final flush is timed: the
+            s = Store(os.path.join(folder, f"tm-{name}.duckdb"), **kw)  # background writer's work counts
+            return Variant(name, lambda: flow.run({}, store=s), s.flush), [s]
         return build
 
     fsync = store_has_fsync()
     return [
-        Spec(NOT_AT_RETURN if not default_safe else PER_RUN, TM_RUN, store("run", after=True, durability="run")),
+        Spec(NOT_AT_RETURN if not default_safe else PER_RUN, TM_RUN, store("run", durability="run")),
         Spec(PER_RUN, TM_FI0, store("fi0", durability="run", flush_interval=0)),
         Spec(PER_RUN, TM_FI0_FSYNC, store("fi0-fsync", durability="run", flush_interval=0, fsync=True)
              if fsync else None, NO_FSYNC),

@@ -122,7 +122,9 @@ class LogCodec:
                writes: Sequence[Write] = (), run: Optional[Sequence[Any]] = None,
                end: Optional[dict[str, Any]] = None, free: Optional[bytes] = None) -> bytes:
         try:
-            head = self._dumps((VERSION, kind, run_id, steps, reads, writes, run, end))
+            # plain tuples (a C-level map): orjson would call back into Python for every namedtuple
+            head = self._dumps((VERSION, kind, run_id, list(map(tuple, steps)), list(map(tuple, reads)),
+                                list(map(tuple, writes)), run, end))
         except (TypeError, ValueError) as e:
             raise CodecError(f"cannot journal the {kind} entry of run {run_id}: {e}; steps, reads, writes, "
                              f"the runs row and end facts hold only ints, floats, strings and None") from e
