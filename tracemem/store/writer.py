@@ -119,14 +119,15 @@ class Writer:
         """One durable journal row (see store/journal.py)."""
         self.write_durably(f"journaling run {run_id}", None, [run_id, step, kind, payload])
 
-    def logged(self, what: str, append: Callable[..., None], *args: Any) -> None:
-        """Append to the run journal; a failure of its disk stops the store as a failed write does."""
+    def logged(self, run: Run, append: Callable[..., None], *args: Any) -> None:
+        """Append to the run journal (`append(run, *args)`); a failure of its disk stops the store as a failed
+        write does."""
         if self.backlog.failure is not None:
             self.check()
         try:
-            append(*args)
+            append(run, *args)
         except JournalError as err:
-            failure = self._failed(err.__cause__ or err, what)
+            failure = self._failed(err.__cause__ or err, f"journaling run {run.run_id}")
             self.backlog.failure = failure
             raise failure from err
 
@@ -291,7 +292,7 @@ class StoreSink:
         if self.durability == "stage":
             writer = self.writer
             if writer.runlog is not None:
-                writer.logged(f"journaling the start of run {run.run_id}", writer.runlog.begin, run)
+                writer.logged(run, writer.runlog.begin)
                 writer.progress[run.run_id] = Progress()
             else:
                 batch = Batch(writer.lease)
@@ -310,8 +311,7 @@ class StoreSink:
         if self.durability == "stage":  # one journal append; the run's rows reach their tables at its end
             writer = self.writer
             if writer.runlog is not None:
-                writer.logged(f"journaling run {run.run_id}", writer.runlog.step, run, step, reads, writes,
-                              decision, rows)
+                writer.logged(run, writer.runlog.step, step, reads, writes, decision, rows)
             else:
                 writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
             writer.progress[run.run_id].done = mark_of(run)
@@ -321,18 +321,17 @@ class StoreSink:
         writer.on_end(run)
         runlog = writer.runlog
         if self.durability == "stage" and runlog is not None:
-            writer.logged(f"journaling the end of run {run.run_id}", runlog.end, run)
+            writer.logged(run, runlog.end)
             writer.inflight.pop(run.run_id, None)
         elif self.durability == "stage":
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"
             writer.inflight.pop(run.run_id, None)
         elif runlog is not None and run.resumed_from is not None:  # on disk before flow.resume returns
-            writer.logged(f"journaling run {run.run_id}", runlog.part, run,
-                          writer.progress[run.run_id].written or run.resumed_from)
-            writer.logged(f"journaling the end of run {run.run_id}", runlog.end, run)
+            writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
+            writer.logged(run, runlog.end)
         elif runlog is not None:  # every run is on disk before flow.run returns
-            writer.logged(f"journaling run {run.run_id}", runlog.whole, run)
+            writer.logged(run, runlog.whole)
         elif writer.flush_interval <= 0 and run.resumed_from is not None:  # on disk before flow.resume returns
             progress = writer.progress[run.run_id]
             start = progress.written or run.resumed_from
