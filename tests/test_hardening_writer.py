@@ -418,3 +418,24 @@ def test_a_forgotten_and_purged_memory_is_never_recalled_through_another_store(t
         assert second.memory.search("dana", "oolong tea", semantic=False).records == []
         with pytest.raises(StoreError):
             Store(path)
+
+
+def test_the_writer_never_sleeps_out_its_interval_while_a_producer_waits_for_room():
+    """A producer waiting for room used to wake the writer once: when the writer then went to sleep with
+    the queue just under its bound, it slept out flush_interval (600 s: flow.run hung that long)."""
+    backlog = Backlog(max_cost=100, batch_cost=100, max_lag=100.0)
+    backlog.put(object(), 95)  # type: ignore[arg-type]  # just under the bound: a run of cost 10 does not fit
+    producer = threading.Thread(target=backlog.put, args=(object(), 10), daemon=True)
+    producer.start()
+    deadline = time.monotonic() + 10
+    while backlog.status().producer_waits == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert backlog.status().producer_waits == 1
+    writer = threading.Thread(target=backlog.wait_for_work, args=(600,), daemon=True)
+    writer.start()  # the writer comes to sleep after the producer's first wake-up call
+    writer.join(timeout=5)
+    assert not writer.is_alive(), "the writer went to sleep for its whole interval while a producer waited"
+    backlog.take()
+    backlog.written()
+    producer.join(timeout=5)
+    assert not producer.is_alive() and len(backlog) == 1

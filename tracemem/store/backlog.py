@@ -84,6 +84,7 @@ class Backlog:
         self._rate: Optional[float] = None  # cost units the writer writes per second (moving average)
         self._last_written: Optional[float] = None  # when the last batch was written, if runs were left queued
         self._peak_runs = self._peak_cost = self._waits = 0
+        self._waiting = 0  # producers waiting for room now
         self._peak_lag = 0.0
 
     def __len__(self) -> int:
@@ -95,9 +96,13 @@ class Backlog:
         with self._cv:
             if self._full(cost) and self.failure is None:
                 self._waits += 1
-                self._cv.notify_all()  # the writer should not sleep out its interval now
-                while self._full(cost) and self.failure is None and not self.closed:
-                    self._cv.wait(0.5)
+                self._waiting += 1
+                try:
+                    while self._full(cost) and self.failure is None and not self.closed:
+                        self._cv.notify_all()  # the writer must not sleep out its interval now
+                        self._cv.wait(0.5)
+                finally:
+                    self._waiting -= 1
             if self.failure is not None:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
@@ -169,7 +174,7 @@ class Backlog:
         """For the writer thread: sleep up to `interval` unless a batch's worth is queued or a producer
         waits (after a failure: the full interval); False once closed."""
         with self._cv:
-            if not self.closed and (self.failure is not None or (self._cost < self.batch_cost
+            if not self.closed and (self.failure is not None or (self._cost < self.batch_cost and not self._waiting
                                                                   and not self._full(0))):
                 self._cv.wait(interval)
             return not self.closed
