@@ -1,13 +1,13 @@
-"""The step journal: durable progress for one INSERT each.
+"""The step journal: durable progress as rows of the database, where there is no run journal.
 
-A DuckDB commit costs about half a millisecond here whatever it holds, so writing
-a stage's steps, reads, writes and decisions to their tables as it finishes costs
-several. Instead, durability "stage" appends one `step_journal` row per finished
-stage (its rows as JSON) and one when the run ends; `Store(flush_interval=0)`
-appends one per run. The background writer later moves a finished run into the
-real tables and deletes its journal rows in the same transaction. Reopening a file
-after a crash replays what the journal holds: every finished stage is kept, and a
-run that never ended is marked `interrupted`.
+A DuckDB file journals to `<file>.journal/` (store/run_log.py). A PostgreSQL database (any
+worker must be able to recover another's runs) and `:memory:` journal here instead:
+durability "stage" appends one `step_journal` row per finished stage (its rows as JSON)
+and one when the run ends; `Store(flush_interval=0)` appends one per run. The background
+writer later moves a finished run into the real tables and deletes its journal rows in the
+same transaction. Opening after a crash replays what the journal holds (files written by
+older versions too): every finished stage is kept, and a run that never ended is marked
+`interrupted`.
 """
 from __future__ import annotations
 
