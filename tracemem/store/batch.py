@@ -142,8 +142,9 @@ def rows_since(run: Run, counts: Optional[dict[str, int]] = None) -> list[tuple[
 
 def mark_of(run: Run) -> Mark:
     """How much of a run's record exists now."""
+    rows = run.rows
     return (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
-            {t: len(rows) for t, rows in run.rows.items()})
+            {t: len(r) for t, r in rows.items()} if rows else {})
 
 
 @dataclass

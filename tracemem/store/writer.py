@@ -127,9 +127,13 @@ class Writer:
         try:
             append(run, *args)
         except JournalError as err:
-            failure = self._failed(err.__cause__ or err, f"journaling run {run.run_id}")
-            self.backlog.failure = failure
-            raise failure from err
+            raise self.journal_failed(run, err) from err
+
+    def journal_failed(self, run: Run, err: JournalError) -> StoreError:
+        """The run journal could not be appended to: the store stops accepting runs (see `_failed`)."""
+        failure = self._failed(err.__cause__ or err, f"journaling run {run.run_id}")
+        self.backlog.failure = failure
+        return failure
 
     # -- the queue -----------------------------------------------------------------------
     def enqueue(self, run: Run) -> None:
@@ -310,8 +314,11 @@ class StoreSink:
                                     f"known: {', '.join(sorted(EXTRA_TABLES))}")
         if self.durability == "stage":  # one journal append; the run's rows reach their tables at its end
             writer = self.writer
-            if writer.runlog is not None:
-                writer.logged(run, writer.runlog.step, step, reads, writes, decision, rows)
+            if writer.runlog is not None:  # (writer.logged, inlined: once per stage)
+                try:
+                    writer.runlog.step(run, step, reads, writes, decision, rows)
+                except JournalError as err:
+                    raise writer.journal_failed(run, err) from err
             else:
                 writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
             writer.progress[run.run_id].done = mark_of(run)
