@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from pydantic import BaseModel
 
 from tracemem import Pipeline
 from tracemem.store import Store
+from tracemem.store.log_format import RECORD_STRUCT
 
 CHILD = """
 import os, sys
@@ -164,3 +166,50 @@ def test_a_running_stage_runs_finished_stages_are_visible_to_queries_from_the_jo
         store.flush()
         assert store.sql("SELECT status FROM runs WHERE run_id = ?", [run.run_id]).fetchall() == [("ok",)]
         assert store.sql("SELECT count(*) FROM steps WHERE run_id = ?", [run.run_id]).fetchall() == [(2,)]
+
+
+MATERIALIZED = """
+import os, sys, time
+from pydantic import BaseModel
+from tracemem import Pipeline
+from tracemem.store import Store
+
+path, marker = sys.argv[1], sys.argv[2]
+
+class S(BaseModel):
+    n: int = 0
+
+store = Store(path, durability="stage", flush_interval=60)
+
+def one(s):
+    s.n = 1
+
+def two(s):
+    store.flush()  # stage one and the runs row are now in the tables, not only in the journal
+    open(marker, "w").close()
+    time.sleep(60)
+
+Pipeline("m", S).then(one).then(two).build().run({}, store=store)
+"""
+
+
+def test_a_torn_tail_is_noted_on_a_run_whose_journaled_records_were_all_in_the_tables(tmp_path):
+    path, marker = str(tmp_path / "torn.duckdb"), tmp_path / "in-two"
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(MATERIALIZED))
+    child = subprocess.Popen([sys.executable, str(script), path, str(marker)], stderr=subprocess.PIPE)
+    for _ in range(600):
+        if marker.exists() or child.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert marker.exists(), child.stderr.read() if child.poll() is not None else "the child never reached stage two"
+    child.kill()
+    child.wait(timeout=10)
+    segment = max(glob.glob(path + ".journal/*.seg"))
+    with open(segment, "ab") as f:  # what a process killed mid-append leaves: a header promising more bytes
+        f.write(RECORD_STRUCT.pack(400, 12345) + b"partial")
+    with Store(path) as store:
+        (run,) = store.runs()
+        loaded = store.run(run["run_id"])
+        assert loaded.status == "interrupted" and [s.stage for s in loaded.steps] == ["one"]
+        assert any("truncated record" in n and "not applied" in n for n in loaded.notes), loaded.notes

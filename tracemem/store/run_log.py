@@ -98,9 +98,9 @@ class RunLog:
         self.log.close()
 
 
-def replay(con: Any, log: SegmentLog, say: Callable[[str], None]) -> tuple[int, list[str]]:
+def replay(con: Any, log: SegmentLog, say: Callable[[str], None]) -> None:
     """Apply the records past the checkpoint that the tables do not hold yet (one transaction), then
-    checkpoint. Returns how many runs it touched and what it reports (damage, unreadable records)."""
+    checkpoint; `say` what was found damaged or unreadable."""
     read = log.read()
     reports = [f"journal {log.path}: {d.reason} at LSN {d.lsn} in {Path(d.segment).name} "
                f"({d.skipped} bytes not applied)" for d in [*log.opening_damage, *read.damage]]
@@ -114,12 +114,11 @@ def replay(con: Any, log: SegmentLog, say: Callable[[str], None]) -> tuple[int, 
         entries[entry.run_id].append(entry)
     if entries:
         batch = _missing(con, entries, reports)
-        if batch.rows["runs"] or batch.finished or len(batch):
+        if len(batch) or batch.finished or batch.notes:
             batch.insert(con)
     for report in reports:
         say(report)
     log.checkpoint(read.upto)
-    return len(entries), reports
 
 
 def _missing(con: Any, entries: dict[str, list[Entry]], reports: list[str]) -> Batch:
