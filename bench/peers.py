@@ -42,7 +42,6 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import operator
 import os
@@ -54,16 +53,12 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Annotated, Any, Callable, Optional, TypedDict
-
-# no peer may reach the network or a tracing backend while measured
-os.environ["LANGSMITH_TRACING"] = "false"
-os.environ["LANGCHAIN_TRACING_V2"] = "false"
-os.environ.setdefault("BURR_TELEMETRY_ENABLED", "false")
+from typing import Annotated, Any, Callable, TypedDict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench.overhead import FIELDS, STAGES, build_flow, make_plain  # noqa: E402
+from bench.peer_pipelines import BURR_LAST, Variant, burr_app_factory, initial, langgraph_builder  # noqa: E402
 from bench.store import chat_growth, growth_exponent  # noqa: E402
 from tracemem.store import Store  # noqa: E402
 
@@ -92,15 +87,6 @@ BASELINE = "tracemem store, durability=run"
 PLAIN = "plain python (dict)"
 
 
-def wiring(i: int) -> tuple[str, str, str]:
-    """Stage i reads fields a and b and writes out, exactly as bench/overhead.py's make_stage(i)."""
-    return FIELDS[i % 5], FIELDS[(i + 1) % 5], FIELDS[(i + 2) % 5]
-
-
-def initial() -> dict[str, int]:
-    return {f: i for i, f in enumerate(FIELDS)}  # = overhead.Five's defaults
-
-
 def tracemem_final() -> dict[str, int]:
     out = build_flow("check").run({}).output
     return {f: (out[f] if isinstance(out, dict) else getattr(out, f)) for f in FIELDS}
@@ -112,55 +98,11 @@ def same_result(peer: str, got: dict[str, int]) -> list[str]:
     return [] if got == expected else [f"WARNING: {peer} final state {got} differs from tracemem's {expected}"]
 
 
-class Five(TypedDict):
-    """LangGraph's state for the pipeline: the same five ints as overhead.Five."""
-    f0: int
-    f1: int
-    f2: int
-    f3: int
-    f4: int
-
-
 class ChatState(TypedDict):
     """LangGraph's chat state: the fields of bench/store.py's Chat, messages under an append reducer."""
     user: str
     messages: Annotated[list[dict[str, str]], operator.add]
     reply: str
-
-
-class Variant:
-    def __init__(self, label: str, fn: Callable[[], Any], after: Optional[Callable[[], Any]] = None,
-                 reset: Optional[Callable[[], Any]] = None) -> None:
-        """fn: one run; after: the flush that ends a measurement (timed); reset: untimed clean-up before one."""
-        self.label, self.fn, self.after, self.reset = label, fn, after, reset
-        self.runs = 1
-        self.values: list[float] = []
-
-    def timed(self, runs: int) -> float:
-        """Seconds for `runs` runs plus the final flush, if any."""
-        fn = self.fn
-        start = time.perf_counter()
-        for _ in range(runs):
-            fn()
-        if self.after:
-            self.after()
-        return time.perf_counter() - start
-
-    def calibrate(self, budget: float, cap: int) -> None:
-        self.fn()  # warm-up: first-call costs (imports, table creation, caches)
-        if self.after:
-            self.after()
-        n, spent = 1, self.timed(1)
-        while spent < min(0.2, budget / 2) and n < cap:
-            n = min(cap, n * 4)
-            spent = self.timed(n)
-        self.runs = max(3, min(cap, round(budget / (spent / n))))
-
-    def measure(self) -> None:
-        if self.reset:
-            self.reset()
-        gc.collect()
-        self.values.append(self.timed(self.runs) / self.runs / STAGES * 1e6)
 
 
 # -- tracemem ---------------------------------------------------------------------
@@ -215,28 +157,6 @@ def tracemem_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]
 
 
 # -- LangGraph --------------------------------------------------------------------
-def langgraph_builder() -> Any:
-    """The pipeline as a LangGraph StateGraph (not compiled): 10 nodes in a line, each returning one key."""
-    from langgraph.graph import END, START, StateGraph
-
-    def node(i: int) -> Callable[[Five], dict[str, int]]:
-        a, b, out = wiring(i)
-
-        def stage(state: Five) -> dict[str, int]:
-            return {out: state[a] + state[b]}
-        stage.__name__ = f"s{i}"
-        return stage
-
-    builder = StateGraph(Five)
-    for i in range(STAGES):
-        builder.add_node(f"s{i}", node(i))
-    builder.add_edge(START, "s0")
-    for i in range(STAGES - 1):
-        builder.add_edge(f"s{i}", f"s{i + 1}")
-    builder.add_edge(f"s{STAGES - 1}", END)
-    return builder
-
-
 def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -271,37 +191,6 @@ def langgraph_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]
 
 
 # -- Burr -------------------------------------------------------------------------
-BURR_LAST = f"s{STAGES - 1}"  # app.run(halt_after=[BURR_LAST]) runs the whole pipeline
-
-
-def burr_app_factory() -> Callable[..., Any]:
-    """The pipeline as a prebuilt Burr graph; the returned app(tracker=dir, persister=p) builds one
-    Application per run from it (a Burr run is an application instance)."""
-    from burr.core import ApplicationBuilder, GraphBuilder, State, action
-
-    def make_action(i: int) -> Any:
-        a, b, out = wiring(i)
-
-        @action(reads=[a, b], writes=[out])
-        def stage(state: State) -> State:
-            return state.update(**{out: state[a] + state[b]})
-        return stage
-
-    graph = (GraphBuilder()
-             .with_actions(**{f"s{i}": make_action(i) for i in range(STAGES)})
-             .with_transitions(*[(f"s{i}", f"s{i + 1}") for i in range(STAGES - 1)])
-             .build())
-
-    def app(**extra: Any) -> Any:
-        b = ApplicationBuilder().with_graph(graph).with_state(**initial()).with_entrypoint("s0")
-        if "tracker" in extra:
-            b = b.with_tracker("local", project="tracemem_peers", params={"storage_dir": extra["tracker"]})
-        if "persister" in extra:
-            b = b.with_state_persister(extra["persister"])
-        return b.build()
-    return app
-
-
 def burr_variants(folder: str) -> tuple[list[Variant], list[str], list[Any]]:
     from burr.core.persistence import SQLitePersister
 

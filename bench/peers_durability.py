@@ -55,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench.durable_candidates import Bench, append_fd, real_entries, sqlite_con  # noqa: E402
 from bench.overhead import STAGES, build_flow  # noqa: E402
-from bench.peers import BURR_LAST, Variant, burr_app_factory, initial, langgraph_builder  # noqa: E402
+from bench.peer_pipelines import BURR_LAST, Variant, burr_app_factory, initial, langgraph_builder  # noqa: E402
 from tracemem.store import Store  # noqa: E402
 
 NOT_AT_RETURN = "not durable at return"
