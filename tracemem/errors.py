@@ -24,12 +24,17 @@ Every error tracemem raises on purpose derives from `TracememError`:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 from .text import clip
 
-if TYPE_CHECKING:
-    from .run import Run
+
+class FailedRun(Protocol):
+    """What `RunFailed` says of its run (a `tracemem.Run`; run.py imports this module)."""
+
+    run_id: str
+    pipeline: str
+    error: Optional[str]
 
 
 class TracememError(Exception):
@@ -111,7 +116,7 @@ class StoreError(TracememError):
 class RunFailed(TracememError):
     """A run ended failed; `.run` is the recorded run (every finished step kept)."""
 
-    def __init__(self, run: "Run", cause: Optional[BaseException]) -> None:
+    def __init__(self, run: FailedRun, cause: Optional[BaseException]) -> None:
         super().__init__(f"run {run.run_id} of '{run.pipeline}' failed: {run.error}")
         self.run = run
         self.__cause__ = cause

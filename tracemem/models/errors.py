@@ -6,12 +6,9 @@ is lost. Both derive from ``TracememError``, like every error tracemem raises.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Any, Literal, Optional
 
 from tracemem.errors import TracememError
-
-if TYPE_CHECKING:
-    from .protocol import Reply
 
 ErrorKind = Literal["status", "timeout", "bad_reply", "connection", "script", "cut_off", "too_large", "redirect"]
 
@@ -43,7 +40,7 @@ class ModelError(TracememError):
         url: Optional[str] = None,
         model: Optional[str] = None,
         attempts: int = 1,
-        partial: Optional["Reply"] = None,
+        partial: Optional[Any] = None,  # a protocol.Reply (which imports this module through messages)
     ) -> None:
         super().__init__(message)
         self.kind = kind

@@ -9,20 +9,26 @@ touch committed state behind the recorder.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel
 
 from ..errors import ScopeWriteError
 from .paths import Path, format_path
 
-if TYPE_CHECKING:
-    from .recorder import StepRecorder
+
+class Recorder(Protocol):
+    """What a tracked copy needs of the step recorder (scope/recorder.py), which imports this module."""
+
+    stage: str
+
+    def mutate(self, path: Path, verb: str, value: Any = None, element: bool = False) -> Any: ...
+
 
 SCALARS = frozenset({int, str, float, bool, type(None), bytes, frozenset})
 
 
-def track(value: Any, rec: StepRecorder, path: Path) -> Any:
+def track(value: Any, rec: Recorder, path: Path) -> Any:
     """A private, recording copy of a container value (scalars are returned as is)."""
     kind = type(value)
     if kind is list or (isinstance(value, list) and not isinstance(value, TrackedList)):
@@ -53,7 +59,7 @@ def unwrap(value: Any) -> Any:
     return value
 
 
-def _reached(value: Any, rec: StepRecorder, path: Path) -> Any:
+def _reached(value: Any, rec: Recorder, path: Path) -> Any:
     """A child reached through a tracked container: scalars and tracked copies as they are, anything
     else as a new tracked copy — which the caller stores back in the slot, so it is made once."""
     if type(value) in SCALARS or isinstance(value, (TrackedList, TrackedDict, TrackedModel)):
@@ -66,7 +72,7 @@ class TrackedList(list):
 
     __slots__ = ("_rec", "_path")
 
-    def __init__(self, items: Any, rec: StepRecorder, path: Path) -> None:
+    def __init__(self, items: Any, rec: Recorder, path: Path) -> None:
         list.__init__(self, items)
         self._rec = rec
         self._path = path
@@ -161,7 +167,7 @@ class TrackedDict(dict):
 
     __slots__ = ("_rec", "_path")
 
-    def __init__(self, items: Any, rec: StepRecorder, path: Path) -> None:
+    def __init__(self, items: Any, rec: Recorder, path: Path) -> None:
         dict.__init__(self, items)
         self._rec = rec
         self._path = path
@@ -239,7 +245,7 @@ class TrackedModel:
 
     __slots__ = ("_model", "_rec", "_path")
 
-    def __init__(self, model: BaseModel, rec: StepRecorder, path: Path) -> None:
+    def __init__(self, model: BaseModel, rec: Recorder, path: Path) -> None:
         object.__setattr__(self, "_model", model.model_copy())
         object.__setattr__(self, "_rec", rec)
         object.__setattr__(self, "_path", path)
