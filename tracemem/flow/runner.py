@@ -123,9 +123,12 @@ class Execution(ParallelSteps):
         self.state = RunState(program.schema, data, self.salt)
         self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
         notes: list[str] = []  # what had to change to store the input (e.g. escaped text)
+        input_json = program.schema.dump_scope(recorded, self.salt, notes)
+        if self.secret_fields:  # (a new run has met no model credentials yet)
+            input_json = self._masker(None).text(input_json)
         run = self.run = Run(
             run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
-            input_json=self._masker(None).text(program.schema.dump_scope(recorded, self.salt, notes)),
+            input_json=input_json,
             started_at=time.time_ns(),
             subject=self.subject, parent_run_id=self.parent[0] if self.parent else None,
             parent_step=self.parent[1] if self.parent else None)
@@ -145,7 +148,8 @@ class Execution(ParallelSteps):
         failed = {s.step for s in run.steps if s.status != "ok"}
         run.output_json = self.program.schema.dump_output(data, [w for w in run.writes if w.step not in failed],
                                                           self.salt, run.notes)
-        run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
+        if self.secret_fields or self.state.secrets:
+            run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
         self._note_query(data)
         for sink in self.sinks:
             sink.end_run(run)
