@@ -85,9 +85,7 @@ class Execution(ParallelSteps):
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
-        if not self.restored:
-            self._start()
-        run = self.run
+        run = self.run if self.restored else self._start()
         for sink in self.sinks:
             sink.begin_run(run)
         cause: Optional[BaseException] = None
@@ -110,7 +108,7 @@ class Execution(ParallelSteps):
             raise RunFailed(run, cause)
         return run
 
-    def _start(self) -> None:
+    def _start(self) -> Run:
         """A fresh run: its starting scope (the input, or a thread's state plus the input) and record."""
         program, previous = self.program, self.resume
         if previous is None:
@@ -128,14 +126,13 @@ class Execution(ParallelSteps):
             input_json = self._masker(None).text(input_json)
         run = self.run = Run(
             run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
-            input_json=input_json,
-            started_at=time.time_ns(),
-            subject=self.subject, parent_run_id=self.parent[0] if self.parent else None,
-            parent_step=self.parent[1] if self.parent else None)
+            input_json=input_json, started_at=time.time_ns(), subject=self.subject,
+            parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None)
         run.store, run.tools, run.notes = self.store, program.tools, notes
         if previous is not None:
             run.continue_from(previous)
         self._note_query(data)
+        return run
 
     def _note_query(self, data: dict[str, Any]) -> None:
         if self.program.query and self.run.query is None:
@@ -155,8 +152,7 @@ class Execution(ParallelSteps):
             sink.end_run(run)
 
     async def _execute_program(self, pc: int = 0) -> None:
-        ins_list, cancel = self.program.ins, self.cancel
-        end = len(ins_list)
+        ins_list, cancel, end = self.program.ins, self.cancel, len(self.program.ins)
         while pc < end:
             if cancel is not None and cancel.is_set():
                 raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "

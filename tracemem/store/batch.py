@@ -264,16 +264,18 @@ class Batch:
     def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
         tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
-        for name, (_, batch) in zip(names, tables):
-            con.register(name, batch)
         updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
             cleaner is not None and cleaner.rendered())
+        con.execute("BEGIN TRANSACTION")  # (it also ends a result left unfetched, which register() refuses)
         try:
-            # one call for the transaction's inserts (and its commit when nothing follows): each call hands the
-            # GIL to the flow's thread and waits to get it back, so fewer calls let both threads run
-            con.execute("BEGIN TRANSACTION; " + "".join(
-                f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
-                for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT"))
+            for name, (_, batch) in zip(names, tables):
+                con.register(name, batch)
+            # one call for the inserts (and the commit when nothing follows): each call hands the GIL to the
+            # flow's thread and waits to get it back, so fewer calls let both threads get on
+            statements = "".join(f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
+                                 for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
+            if statements:
+                con.execute(statements).fetchall()
             if not updates:
                 return
             for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
