@@ -18,6 +18,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Iterable, Literal, Optional, Sequence
 
 import pyarrow as pa
@@ -159,15 +160,15 @@ class Progress:
 
 
 class Batch:
-    """Rows waiting to be inserted: `rows` per table, and for the hot tables `cols`,
-    filled column-wise straight from the run's record tuples (no per-row Python work)."""
+    """Rows waiting to be inserted: `rows` per table, and for the hot tables their record tuples as the
+    run holds them (`records`, with a run id column beside them), turned into columns once per batch."""
 
     def __init__(self, lease: Optional[str] = None) -> None:
         self.lease = lease  # the store opening whose runs rows this batch writes
         self.runs: dict[str, Run] = {}  # the live runs this batch holds rows of (told about notes it adds)
         self.notes: dict[str, list[str]] = {}  # notes to add to runs rows already in the file (recovery)
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
-        self.cols: dict[str, list[list[Any]]] = {t: [[] for _ in GIVEN[t]] for t in COLUMNAR}
+        self.records: dict[str, tuple[list[str], list[tuple]]] = {t: ([], []) for t in COLUMNAR}  # run ids, records
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
         self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
         self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
@@ -176,20 +177,26 @@ class Batch:
         """Take another batch's rows (the journal replays each entry into its own, then merges it)."""
         for table, rows in other.rows.items():
             self.rows[table].extend(rows)
-        for table, cols in other.cols.items():
-            for target, values in zip(self.cols[table], cols):
-                target.extend(values)
+        for table, (ids, records) in other.records.items():
+            self.records[table][0].extend(ids)
+            self.records[table][1].extend(records)
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self.rows.values()) + sum(len(c[0]) for c in self.cols.values())
+        return sum(len(r) for r in self.rows.values()) + sum(len(ids) for ids, _ in self.records.values())
 
     def _columns(self, table: str, run_id: str, records: Sequence[tuple]) -> None:
-        if not records:
-            return
-        cols = self.cols[table]
-        cols[0].extend([run_id] * len(records))
-        for target, values in zip(cols[1:], zip(*records)):
-            target.extend(values)
+        if records:  # no per-row work here: the batch is transposed once, in `columns`
+            ids, kept = self.records[table]
+            ids.extend([run_id] * len(records))
+            kept.extend(records)
+
+    def columns(self) -> list[tuple[str, list[Sequence[Any]]]]:
+        """Each table this batch has rows for, as its given columns (`GIVEN` order)."""
+        tables: list[tuple[str, list[Sequence[Any]]]] = [(t, list(zip(*rows))) for t, rows in self.rows.items()
+                                                         if rows]
+        # one column at a time (`zip(*records)` would make an iterator per record)
+        return tables + [(t, [ids, *(list(map(itemgetter(i), records)) for i in range(len(GIVEN[t]) - 1))])
+                         for t, (ids, records) in self.records.items() if ids]
 
     def add_steps(self, run_id: str, steps: Sequence[Step], reads: Sequence[Read], writes: Sequence[Write],
                   decisions: Iterable[Decision]) -> None:
@@ -244,10 +251,8 @@ class Batch:
                     self.runs[run_id].notes.extend(notes)
 
     def _arrow(self, cleaner: Optional[Cleaner]) -> list[tuple[str, pa.Table]]:
-        tables = [(t, list(zip(*rows))) for t, rows in self.rows.items() if rows]
-        tables += [(t, cols) for t, cols in self.cols.items() if cols[0]]
         out = []
-        for table, columns in tables:
+        for table, columns in self.columns():
             cols = GIVEN[table]
             if cleaner is None:
                 arrays = {c: pa.array(values, type=t) for (c, t), values in zip(cols, columns)}

@@ -112,9 +112,7 @@ def copy_table(con: PgConnection, table: str, names: Sequence[str], kinds: Seque
 def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
     """Everything a batch holds, as one transaction: COPY per table, then the runs it completes and the
     journal rows it supersedes. `lease` is recorded on the runs rows it starts (crash recovery)."""
-    tables: list[tuple[str, list[Sequence[Any]]]] = [(t, list(zip(*rows))) for t, rows in batch.rows.items()
-                                                     if rows and t != "run_embeddings"]
-    tables += [(t, cols) for t, cols in batch.cols.items() if cols[0]]
+    tables = [(t, columns) for t, columns in batch.columns() if t != "run_embeddings"]
     with con.transaction():
         for table, columns in tables:
             arrays = table_arrays(table, columns)
