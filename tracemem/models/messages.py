@@ -35,6 +35,19 @@ def parse_arguments(text: str) -> Optional[dict[str, Any]]:
 
 M = TypeVar("M", bound=BaseModel)
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (tool arguments): dicts and lists copied, strings and numbers kept;
+    anything else by ``copy.deepcopy``. A few times cheaper than ``copy.deepcopy`` on such data."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _ATOMS else copy_json(v) for v in value]
+    return value if kind in _ATOMS else copy.deepcopy(value)
+
 
 def _clone(model: M, **fields: Any) -> M:
     """A copy of a message or tool call with `fields` replaced: what a deep copy of one is (their other fields
@@ -91,7 +104,7 @@ class ToolCall(BaseModel):
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_text}}
 
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "ToolCall":
-        return _clone(self, arguments=copy.deepcopy(self.arguments, memo))
+        return _clone(self, arguments=copy_json(self.arguments))
 
 
 class Message(BaseModel):
