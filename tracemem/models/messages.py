@@ -103,6 +103,9 @@ class ToolCall(BaseModel):
     def _wire(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_text}}
 
+    def __copy__(self) -> "ToolCall":  # what pydantic's does (no extra, no private attributes), a few times faster
+        return _clone(self) if type(self) is ToolCall else super().__copy__()
+
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "ToolCall":
         return _clone(self, arguments=copy_json(self.arguments))
 
@@ -134,6 +137,9 @@ class Message(BaseModel):
         if self.name is not None:
             out["name"] = self.name
         return out
+
+    def __copy__(self) -> "Message":  # what pydantic's does (no extra, no private attributes), a few times faster
+        return _clone(self) if type(self) is Message else super().__copy__()
 
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "Message":
         return _clone(self, tool_calls=[c.__deepcopy__(memo) for c in self.tool_calls])
