@@ -99,16 +99,20 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
             ctx.log(f"tool {outcome.name} ({outcome.call_id}): {outcome.error_kind}: {outcome.error}")
         append_message(getattr(scope, messages_from), outcome.message())
 
-    def injected(scope: Any, ctx: StageContext) -> dict[str, Any]:
-        return {**ctx.env, "scope": scope, "ctx": ctx}
+    def injected(scope: Any, ctx: StageContext, call: ToolCall) -> dict[str, Any]:
+        """What a tool may ask for by name (`inject=`): none of it is built for a tool that asks for nothing."""
+        one = toolset.tools.get(call.name)
+        return {**ctx.env, "scope": scope, "ctx": ctx} if one is None or one.injected else {}
 
     def run_tool(scope: Any, ctx: StageContext) -> None:
         """Run one tool call the model asked for (errors go back to the model)."""
-        record(scope, ctx, toolset.run(_call(ctx.item), **injected(scope, ctx)))
+        call = _call(ctx.item)
+        record(scope, ctx, toolset.run(call, **injected(scope, ctx, call)))
 
     async def arun_tool(scope: Any, ctx: StageContext) -> None:
         """Run one tool call the model asked for (errors go back to the model)."""
-        record(scope, ctx, await toolset.arun(_call(ctx.item), **injected(scope, ctx)))
+        call = _call(ctx.item)
+        record(scope, ctx, await toolset.arun(call, **injected(scope, ctx, call)))
 
     def final(scope: Any) -> None:
         """The answer: the last assistant message's text."""

@@ -1,12 +1,10 @@
 """Forks: running parallel branches and merging what they wrote.
 
 Sync branches run in threads, async ones under `asyncio.gather` (sync ones then via
-`asyncio.to_thread`). The caller's thread takes part: it and helper threads each claim
-the next branch not yet started, and whoever claims one while others are left wakes
-one more helper unless one is already on its way. So a branch that waits (a tool
-calling a server) never holds the others up — each blocked branch has brought the
-next helper — while quick branches mostly run in the caller's thread before any
-helper wakes (a hand-off costs tens of µs on a busy machine). Each branch writes into
+`asyncio.to_thread`). The caller's thread runs sync branches one after another, and
+helper threads join only once a branch stalls (flow/stalls.py): quick branches never
+pay for a hand-off (tens of µs on a busy machine), and a branch that waits (a tool
+calling a server) holds the others up by at most a millisecond. Each branch writes into
 its own recorder; the merge applies them in declared order — so appends to one
 list merge in that order — after checking that no two branches set the same path.
 The runner hands in a callback per branch, so this module never sees the runner.
@@ -26,6 +24,7 @@ from ..errors import ForkConflictError
 from ..scope.paths import Path, apply_write, format_path
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
+from .stalls import ClaimSet, StallWatch
 from .sync import run_sync
 
 
@@ -45,6 +44,7 @@ class BranchPool:
         self.max_workers = max_workers
         self._pool: Optional[ThreadPoolExecutor] = None
         self._lock = threading.Lock()
+        self.watch = StallWatch()  # gets a branch set helpers once one of its branches stalls
 
     def get(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -84,38 +84,10 @@ async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[boo
 
 
 def run_claimed(call: Callable[[int], BranchOutcome], count: int) -> list[BranchOutcome]:
-    """`call(i)` for every i < count, in this thread and helper threads (see the module docstring)."""
+    """`call(i)` for every i < count, in this thread, with helper threads once a branch stalls (flow/stalls.py)."""
     if count == 0:
         return []
-    outcomes: list[Optional[BranchOutcome]] = [None] * count
-    claims = iter(range(count))
-    claiming = threading.Lock()
-    waking, left, finished = [0], [count], threading.Event()  # helpers on their way; branches not done
-    pool = branch_pool.get()
-
-    def work(helper: bool) -> None:  # run branches until none is left to start
-        if helper:
-            with claiming:
-                waking[0] -= 1
-        while True:
-            with claiming:
-                i = next(claims, None)
-                wake = i is not None and i < count - 1 and not waking[0]
-                if wake:
-                    waking[0] += 1
-            if i is None:
-                return
-            if wake:
-                pool.submit(work, True)
-            outcomes[i] = call(i)
-            with claiming:
-                left[0] -= 1
-                if not left[0]:
-                    finished.set()
-
-    work(False)
-    finished.wait()
-    return outcomes  # type: ignore[return-value]
+    return ClaimSet(call, count, branch_pool.get()).run(branch_pool.watch)
 
 
 def fork_conflict(ids: list[str], recs: list[StepRecorder]) -> Optional[ForkConflictError]:

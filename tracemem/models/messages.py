@@ -35,6 +35,19 @@ def parse_arguments(text: str) -> Optional[dict[str, Any]]:
 
 M = TypeVar("M", bound=BaseModel)
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (tool arguments): dicts and lists copied, strings and numbers kept;
+    anything else by ``copy.deepcopy``. A few times cheaper than ``copy.deepcopy`` on such data."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _ATOMS else copy_json(v) for v in value]
+    return value if kind in _ATOMS else copy.deepcopy(value)
+
 
 def _clone(model: M, **fields: Any) -> M:
     """A copy of a message or tool call with `fields` replaced: what a deep copy of one is (their other fields
@@ -90,8 +103,11 @@ class ToolCall(BaseModel):
     def _wire(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_text}}
 
+    def __copy__(self) -> "ToolCall":  # what pydantic's does (no extra, no private attributes), a few times faster
+        return _clone(self) if type(self) is ToolCall else super().__copy__()
+
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "ToolCall":
-        return _clone(self, arguments=copy.deepcopy(self.arguments, memo))
+        return _clone(self, arguments=copy_json(self.arguments))
 
 
 class Message(BaseModel):
@@ -121,6 +137,9 @@ class Message(BaseModel):
         if self.name is not None:
             out["name"] = self.name
         return out
+
+    def __copy__(self) -> "Message":  # what pydantic's does (no extra, no private attributes), a few times faster
+        return _clone(self) if type(self) is Message else super().__copy__()
 
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "Message":
         return _clone(self, tool_calls=[c.__deepcopy__(memo) for c in self.tool_calls])

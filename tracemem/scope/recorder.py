@@ -186,5 +186,8 @@ class StepRecorder:
 
 def _owned(value: Any) -> Any:
     """The scope keeps its own copy of a written container: the caller (or another field) may still
-    hold the object — pydantic passes model instances through — and must not change it unrecorded."""
-    return copy.deepcopy(value)
+    hold the object — pydantic passes model instances through — and must not change it unrecorded.
+    (An object with its own `__deepcopy__`, as models have, is asked directly: what `copy.deepcopy` does
+    for it, without the dispatch.)"""
+    copier = getattr(type(value), "__deepcopy__", None)
+    return copier(value, {}) if copier is not None else copy.deepcopy(value)

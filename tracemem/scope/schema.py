@@ -86,6 +86,7 @@ class ScopeSchema:
         )
         self._adapters: dict[str, TypeAdapter] = {}
         self._sub_adapters: dict[Any, TypeAdapter | None] = {}
+        self._field_subs: dict[tuple[str, bool], tuple[TypeAdapter | None, bool]] = {}  # a field's own, or its element's
         self._rebuilt_fields = {name: _rebuilt(info.annotation) for name, info in model.model_fields.items()}
 
     def adapter(self, name: str) -> TypeAdapter:
@@ -105,6 +106,14 @@ class ScopeSchema:
     def sub_adapter(self, path: Path, element: bool) -> tuple[TypeAdapter | None, bool]:
         """Validator for the value at `path` (or for an element appended to it; None = Any), and
         whether its validation builds fresh containers (see `rebuilt`)."""
+        if len(path) == 1:  # `scope.items.append(x)`, the common case: worked out once per field
+            known = self._field_subs.get((path[0], element))
+            if known is None:
+                known = self._field_subs[(path[0], element)] = self._sub_adapter(path, element)
+            return known
+        return self._sub_adapter(path, element)
+
+    def _sub_adapter(self, path: Path, element: bool) -> tuple[TypeAdapter | None, bool]:
         ann: Any = self.model.model_fields[path[0]].annotation
         for key in path[1:]:
             ann = _child_annotation(ann, key)
