@@ -89,16 +89,15 @@ def thread(con: Any, run_id: str, root: Optional[str] = None) -> list[ThreadRun]
 
 
 # What a load reads of each table, in the order of the record it builds: a query per table that holds
-# rows (an index lookup each), every row its table's columns after (run id, step, seq, insertion order),
-# sorted in Python. One UNION ALL BY NAME of all of them was tried: its rows are as wide as every
-# table's columns together, nearly all NULL, and turning those into Python tuples made a 1,000-step
-# run load 2-3× slower than a query per table (bench/resume.py).
+# rows (an index lookup each), sorted in Python. One UNION ALL BY NAME of all of them was tried: its rows
+# are as wide as every table's columns together, nearly all NULL, and turning those into Python tuples
+# made a 1,000-step run load 2-3× slower than a query per table (bench/resume.py).
 _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, columns, step, seq)
-    "runs": ("run_id", ["pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
+    "runs": ("run_id", ["run_id", "pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
                         "epoch_ns(ended_at)", "input", "output", "parent_run_id", "parent_step", "subject", "query",
                         "trace_id", "continues_run_id", "thread_id", "degraded", "pending", "resume_at",
                         "forked_from_run_id", "forked_from_step", "span_id", "counterfactual", "notes"], "NULL", "NULL"),
-    "children": ("parent_run_id", ["run_id"], "NULL", "epoch_ns(started_at)"),
+    "children": ("parent_run_id", ["run_id", "parent_run_id"], "NULL", "epoch_ns(started_at)"),
     "steps": ("run_id", ["step", "stage", "name", "kind", "iteration", "status", "error", "epoch_ns(started_at)",
                          "epoch_ns(ended_at)", "routed_by", "child_run_id", "logs"], "step", "NULL"),
     "reads": ("run_id", ["step", "seq", "path", "source_step", "source_seq"], "step", "seq"),
@@ -107,38 +106,39 @@ _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, 
     **{t: ("run_id", [c for c, _ in COLUMNS[t]], "step", "idx" if any(c == "idx" for c, _ in COLUMNS[t]) else "NULL")
        for t in sorted(EXTRA_TABLES) if any(c == "step" for c, _ in COLUMNS[t])},
 }
-_AFTER = 4  # a fetched row: run id, step, seq, insertion order, then the table's columns
 
 # PostgreSQL has no rowid: the row's physical place stands for its insertion order (rows are appended by
 # COPY, never moved)
 _CTID = "((ctid::text::point)[0]::bigint * 65536 + (ctid::text::point)[1]::bigint)"
 
 
-def _select(name: str, n: int, rowid: str) -> str:
-    """The query of one table's rows of n runs (ids as $1..$n, or as one list $1 when many)."""
+def _layout(name: str, many: bool, rowid: str) -> tuple[list[str], list[int]]:
+    """What a load selects of a table (its columns, then what its order needs beyond them) and where the
+    order's columns are in that: the run id (first, when the rows are of several runs), step, seq (or idx,
+    or start), insertion."""
     key, cols, step, seq = _READ[name]
-    ids = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"
-    return (f"SELECT {key}, {step}, {seq}, {rowid}, {', '.join(cols)} "
-            f"FROM {'runs' if name == 'children' else name} WHERE {key} IN ({ids})")
+    select, order = list(cols), []
+    for expr in ([key] if many else []) + [e for e in (step, seq) if e != "NULL"] + [rowid]:
+        if expr not in select:
+            select.append(expr)
+        order.append(select.index(expr))
+    return select, order
 
 
-def _fetch(con: Any, name: str, ids: list[str], rowid: str) -> list[tuple]:
-    """One table's rows of the runs `ids`, in the order it is read: by run, step, seq (or idx, or start),
-    then insertion (NULLs last, as DuckDB sorts them)."""
-    rows = con.execute(_select(name, len(ids), rowid), ids if len(ids) <= 8 else [ids]).fetchall()
+def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool) -> list[tuple]:
+    """One table's rows of the runs `ids` (ids as $1..$n, or as one list $1 when many), in the order it is
+    read (NULLs last, as DuckDB sorts them). `many`: the rows' run id is their first order column."""
+    select, order = _layout(name, many, rowid)
+    key = _READ[name][0]
+    n = len(ids)
+    where = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"
+    rows = con.execute(f"SELECT {', '.join(select)} FROM {'runs' if name == 'children' else name} "
+                       f"WHERE {key} IN ({where})", ids if n <= 8 else [ids]).fetchall()
     try:
-        rows.sort(key=_PLAIN)
+        rows.sort(key=itemgetter(*order))
     except TypeError:  # a NULL beside a value (a NULL-able seq column): NULLs go last
-        rows.sort(key=_order)
+        rows.sort(key=lambda row: tuple((1, 0) if row[i] is None else (0, row[i]) for i in order))
     return rows
-
-
-_PLAIN = itemgetter(0, 1, 2, 3)
-_LAST = float("inf")
-
-
-def _order(row: tuple) -> tuple:
-    return (row[0], _LAST if row[1] is None else row[1], _LAST if row[2] is None else row[2], row[3])
 
 
 def _tables(con: Any) -> list[str]:
@@ -160,26 +160,31 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
         return {}
     rowid = _CTID if getattr(con, "dialect", "duckdb") == "postgres" else "rowid"
     tables = _tables(con)
-    heads = _fetch(con, "runs", ids, rowid)
+    heads = _fetch(con, "runs", ids, rowid, True)
     if not heads:
         return {}
     ids = [row[0] for row in heads]
+    many = len(ids) > 1
     records: dict[str, Record] = {}
     children: list[tuple[str, str]] = []
     for name in tables[1:]:
-        rows = _fetch(con, name, ids, rowid)
         if name == "children":
-            children = [(row[_AFTER], row[0]) for row in rows]
+            children = [(row[0], row[1]) for row in _fetch(con, name, ids, rowid, True)]
             continue
-        for rid, group in groupby(rows, _RUN):
+        rows = _fetch(con, name, ids, rowid, many)
+        if not rows:
+            continue
+        width = len(_READ[name][1])
+        run_of = itemgetter(_layout(name, True, rowid)[1][0])
+        for rid, group in groupby(rows, run_of) if many else [(ids[0], rows)]:
             record = records.get(rid)
             if record is None:
                 record = records[rid] = Record()
-            record.add(name, group)
+            record.add(name, group, width)
     out: dict[str, Run] = {}
-    for (run_id, _, _, _, pipeline, phash, status, error, started, ended, input_json, output_json, parent,
-         parent_step, subject, query, trace_id, continues, thread_id, degraded, pending, resume_at, forked_from,
-         forked_step, span_id, counterfactual, notes) in heads:
+    for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
+         subject, query, trace_id, continues, thread_id, degraded, pending, resume_at, forked_from, forked_step,
+         span_id, counterfactual, notes, *_) in heads:
         run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
                   schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
                   started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
@@ -202,9 +207,6 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
     return out
 
 
-_RUN = itemgetter(0)
-
-
 class Record:
     """One run's rows as a load reads them, until its head row makes the `Run`."""
 
@@ -215,19 +217,19 @@ class Record:
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
 
-    def add(self, table: str, rows: Iterable[tuple]) -> None:
-        """Rows of `table` as `_fetch` gives them, in order."""
+    def add(self, table: str, rows: Iterable[tuple], width: int) -> None:
+        """Rows of `table` as `_fetch` gives them (its `width` columns first), in order."""
         if table == "steps":
-            self.steps = [Step(*row[4:15], tuple(row[15] or ())) for row in rows]
+            self.steps = [Step(*row[:11], tuple(row[11] or ())) for row in rows]
         elif table == "reads":
-            self.reads = [Read(*row[4:]) for row in rows]
+            self.reads = [Read(*row[:5]) for row in rows]
         elif table == "writes":
-            self.writes = [Write(*row[4:]) for row in rows]
+            self.writes = [Write(*row[:5]) for row in rows]
         elif table == "decisions":
-            self.decisions = [Decision(row[4], row[5], json.loads(row[6]) if row[6] else None) for row in rows]
+            self.decisions = [Decision(row[0], row[1], json.loads(row[2]) if row[2] else None) for row in rows]
         else:
             cols = _READ[table][1]
-            self.rows[table] = [dict(zip(cols, row[4:])) for row in rows]
+            self.rows[table] = [dict(zip(cols, row[:width])) for row in rows]
 
     def give(self, run: Run) -> None:
         run.steps, run.reads, run.writes, run.decisions, run.rows = (
