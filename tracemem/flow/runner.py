@@ -65,6 +65,7 @@ class Execution(ParallelSteps):
         self.parent = parent
         self.salt = store.salt if store is not None else _PROCESS_SALT
         self.sinks: list[Sink] = sinks or []
+        self.secret_fields = bool(program.schema.secret)  # the scope has fields to mask in what is recorded
         self.resume = resume  # the run this one continues (a conversation thread)
         self.next_step = 0
         self.counts: dict[str, int] = {}
@@ -84,9 +85,7 @@ class Execution(ParallelSteps):
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
-        if not self.restored:
-            self._start()
-        run = self.run
+        run = self.run if self.restored else self._start()
         for sink in self.sinks:
             sink.begin_run(run)
         cause: Optional[BaseException] = None
@@ -109,7 +108,7 @@ class Execution(ParallelSteps):
             raise RunFailed(run, cause)
         return run
 
-    def _start(self) -> None:
+    def _start(self) -> Run:
         """A fresh run: its starting scope (the input, or a thread's state plus the input) and record."""
         program, previous = self.program, self.resume
         if previous is None:
@@ -122,16 +121,18 @@ class Execution(ParallelSteps):
         self.state = RunState(program.schema, data, self.salt)
         self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
         notes: list[str] = []  # what had to change to store the input (e.g. escaped text)
+        input_json = program.schema.dump_scope(recorded, self.salt, notes)
+        if self.secret_fields:  # (a new run has met no model credentials yet)
+            input_json = self._masker(None).text(input_json)
         run = self.run = Run(
             run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
-            input_json=self._masker(None).text(program.schema.dump_scope(recorded, self.salt, notes)),
-            started_at=time.time_ns(),
-            subject=self.subject, parent_run_id=self.parent[0] if self.parent else None,
-            parent_step=self.parent[1] if self.parent else None)
+            input_json=input_json, started_at=time.time_ns(), subject=self.subject,
+            parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None)
         run.store, run.tools, run.notes = self.store, program.tools, notes
         if previous is not None:
             run.continue_from(previous)
         self._note_query(data)
+        return run
 
     def _note_query(self, data: dict[str, Any]) -> None:
         if self.program.query and self.run.query is None:
@@ -144,14 +145,14 @@ class Execution(ParallelSteps):
         failed = {s.step for s in run.steps if s.status != "ok"}
         run.output_json = self.program.schema.dump_output(data, [w for w in run.writes if w.step not in failed],
                                                           self.salt, run.notes)
-        run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
+        if self.secret_fields or self.state.secrets:
+            run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
         self._note_query(data)
         for sink in self.sinks:
             sink.end_run(run)
 
     async def _execute_program(self, pc: int = 0) -> None:
-        ins_list, cancel = self.program.ins, self.cancel
-        end = len(ins_list)
+        ins_list, cancel, end = self.program.ins, self.cancel, len(self.program.ins)
         while pc < end:
             if cancel is not None and cancel.is_set():
                 raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
@@ -167,12 +168,13 @@ class Execution(ParallelSteps):
 
     # -- the one step path ------------------------------------------------------------------
     def _begin(self, ins: Instruction, spec: StageSpec, kind: StepKind) -> Begun:
-        self.next_step += 1
-        iteration = self.counts.get(spec.id, 0)
-        self.counts[spec.id] = iteration + 1
+        step = self.next_step = self.next_step + 1
+        counts, sid = self.counts, spec.id
+        iteration = counts.get(sid, 0)
+        counts[sid] = iteration + 1
         if self.events is not None:
-            self.events.step_started(self.run, self.next_step, spec, kind, iteration)
-        begun = Begun(spec, StepRecorder(self.state, self.next_step, spec.id), kind, iteration,
+            self.events.step_started(self.run, step, spec, kind, iteration)
+        begun = Begun(spec, StepRecorder(self.state, step, sid), kind, iteration,
                       self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
             begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
@@ -244,41 +246,48 @@ class Execution(ParallelSteps):
         step = Step(rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error,  # type: ignore[arg-type]
                     begun.started, ended or time.time_ns(), begun.routed_by, begun.child_run_id,
                     tuple(rec.logs) if rec.logs else ())
-        writes, rows = rec.writes if status == "ok" else [], rec.rows
-        if self.state.secrets or self.program.schema.secret:
+        writes, rows, reads = rec.writes if status == "ok" else [], rec.rows, rec.reads
+        if self.secret_fields or self.state.secrets:
             step, writes, rows, decision = mask_step(self._masker(rec), step, writes, rows, decision)
         run.steps.append(step)
-        if rec.reads:
-            run.reads.extend(rec.reads)
+        if reads:
+            run.reads.extend(reads)
         if writes:
             run.writes.extend(writes)
         if decision is not None:
             run.decisions.append(decision)
-        for table, row in rows:
-            run.rows.setdefault(table, []).append(row)
+        if rows:
+            for table, row in rows:
+                run.rows.setdefault(table, []).append(row)
         for sink in self.sinks:
-            sink.step_done(run, step, rec.reads, writes, decision, rows)
+            sink.step_done(run, step, reads, writes, decision, rows)
 
     # -- what each kind does around it ------------------------------------------------------
     async def _do_jump(self, ins: Instruction, pc: int) -> int:
         return ins.target
 
     async def _do_stage(self, ins: Instruction, pc: int) -> int:
-        if ins.spec.pause_before:  # type: ignore[union-attr]
+        spec: StageSpec = ins.spec  # type: ignore[assignment]
+        if spec.pause_before:
             if self.gate != pc:
                 raise Paused(Pause({"before": ins.id}, str(ins.id), "before"), pc)
             self.gate = -1  # answered: pass once
-        begun = self._begin(ins, ins.spec, "stage")  # type: ignore[arg-type]
-        try:  # `_step`, inlined: this is the hot path
-            await self._call(begun)
+        begun = self._begin(ins, spec, "stage")
+        rec = begun.rec
+        try:  # `_step` and `_call`, inlined for a plain sync stage: this is the hot path
+            if spec.plain:
+                spec.fn(self.program.view_class(rec))
+            else:
+                await self._call(begun)
         except Exception as err:
             raise self._fail(begun, err)
-        if begun.rec.pause is not None:  # it asked a human (and caught the signal)
+        if rec.pause is not None:  # it asked a human (and caught the signal)
             raise self._pause(begun)
         decision, next_pc = None, pc + 1
-        if begun.rec.break_reason is not None:
+        if rec.break_reason is not None:
             decision, next_pc = self._break(ins, begun)
-        self._finish(begun, decision)
+        rec.commit()  # `_finish`, inlined
+        self._record(begun, "ok", None, decision, None)
         return next_pc
 
     def _break(self, ins: Instruction, begun: Begun) -> tuple[Decision, int]:

@@ -32,6 +32,11 @@ class StageSpec:
     pause_before: bool = False  # a declared pause point: the run pauses before this stage begins
     timeout: Optional[float] = None  # seconds; past it the step fails with StageTimeout (flow/timeout.py)
 
+    @property
+    def plain(self) -> bool:
+        """A sync stage of one argument with no timeout: the runner calls it directly (its hot path)."""
+        return not (self.is_async or self.takes_ctx or self.timeout is not None or self.fn is None)
+
 
 def stage_spec(fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
                description: Optional[str] = None, kind: StepKind = "stage", tool: bool = False,

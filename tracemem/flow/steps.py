@@ -7,7 +7,7 @@ the runner keeps while a run goes.
 """
 from __future__ import annotations
 
-import time
+from time import time_ns
 from typing import Any, Optional
 
 from ..errors import TracememError
@@ -35,6 +35,9 @@ class Paused(TracememError):
         self.pause, self.pc = pause, pc
 
 
+BESIDE_OTHERS = frozenset({"fork-branch", "map-item", "tool"})  # step kinds that run beside others
+
+
 class Begun:
     """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
 
@@ -44,12 +47,12 @@ class Begun:
     def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
                  routed_by: Optional[int]) -> None:
         self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
-        self.started = time.time_ns()
+        self.started = time_ns()
         self.child_run_id: Optional[str] = None
         # what ctx.interrupt returns (None: cannot, in a step that runs beside others)
-        self.answers: Any = None if kind in ("fork-branch", "map-item", "tool") else ()
-        self.replay: Any = None  # a re-entered stage: its model calls before the pause, to answer from
-        self.item: Any = None  # a map step's element (`ctx.item`)
+        self.answers: Any = None if kind in BESIDE_OTHERS else ()
+        # a re-entered stage: its model calls before the pause, to answer from; a map step's element (`ctx.item`)
+        self.replay = self.item = None
 
 
 class LoopState:

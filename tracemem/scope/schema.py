@@ -77,6 +77,7 @@ class ScopeSchema:
         self.model = model
         self.fields: tuple[str, ...] = tuple(model.model_fields)
         self.field_set = frozenset(self.fields)
+        self.keys = [(name, json.dumps(name)) for name in self.fields]  # each field with its JSON key, for dumps
         self.secret = frozenset(
             name
             for name, info in model.model_fields.items()
@@ -133,7 +134,7 @@ class ScopeSchema:
         """JSON text of scope data (all fields present in `data`, in model order). With `notes`, text that
         UTF-8 cannot hold is escaped and noted there (else it raises)."""
         try:
-            return "{" + ",".join(f"{json.dumps(k)}:{self.dump(k, data[k], salt)}" for k in self.fields if k in data) + "}"
+            return "{" + ",".join([f"{key}:{self.dump(k, data[k], salt)}" for k, key in self.keys if k in data]) + "}"
         except (PydanticSerializationError, UnicodeError, RecursionError):
             if notes is None:
                 raise

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
@@ -115,9 +114,9 @@ def _derived(table: str, arrays: dict[str, pa.Array]) -> dict[str, pa.Array]:
     """The derived columns of a table's batch: `duration_ms` from the ns timestamps (or a call's latency)."""
     if table == "model_calls":
         return {"duration_ms": arrays["latency_ms"]}
-    if table in ("runs", "steps"):
-        ns = pc.subtract(arrays["ended_at"].cast(pa.int64()), arrays["started_at"].cast(pa.int64()))
-        return {"duration_ms": pc.divide(ns.cast(F), 1e6)}
+    if table in ("runs", "steps"):  # numpy, not pyarrow.compute: ten times quicker on a batch this size
+        ended, started = (arrays[c].cast(pa.int64()).to_numpy(zero_copy_only=False) for c in ("ended_at", "started_at"))
+        return {"duration_ms": pa.array((ended - started) / 1e6, type=F, from_pandas=True)}  # NaN (no end): null
     return {}
 
 
@@ -264,15 +263,21 @@ class Batch:
 
     def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
         tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
-        con.execute("BEGIN TRANSACTION")
+        names = [f"_tracemem_{table}" for table, _ in tables]
+        updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
+            cleaner is not None and cleaner.rendered())
+        con.execute("BEGIN TRANSACTION")  # (it also ends a result left unfetched, which register() refuses)
         try:
-            for table, batch in tables:
-                con.register("_tracemem_batch", batch)
-                try:
-                    con.execute(f"INSERT INTO {table} ({', '.join(batch.column_names)}) "
-                                f"SELECT * FROM _tracemem_batch")
-                finally:
-                    con.unregister("_tracemem_batch")
+            for name, (_, batch) in zip(names, tables):
+                con.register(name, batch)
+            # one call for the inserts (and the commit when nothing follows): each call hands the GIL to the
+            # flow's thread and waits to get it back, so fewer calls let both threads get on
+            statements = "".join(f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
+                                 for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
+            if statements:
+                con.execute(statements).fetchall()
+            if not updates:
+                return
             for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
                 values = [end["status"], end["error"], end["output"], end["query"], end.get("notes"), end.get("degraded")]
                 if cleaner is not None:
@@ -300,6 +305,9 @@ class Batch:
         except BaseException:
             rollback(con)
             raise
+        finally:
+            for name in names:
+                con.unregister(name)
 
 
 def rollback(con: Any) -> None:
