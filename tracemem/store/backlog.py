@@ -37,13 +37,16 @@ BATCH_COST = 32_000
 
 
 def cost_of(run: Run) -> int:
-    """The writer's work for a run: rows, plus one per 64 characters of JSON values and extra rows' text."""
-    rows = 1 + len(run.steps) + len(run.reads) + len(run.writes) + len(run.decisions)
+    """The writer's work for a run: rows, plus one per 64 characters of JSON values and extra rows' text
+    (of a resumed run, only what came after the resume: its record before is in the tables already)."""
+    s = run.resumed_from or (0, 0, 0, 0, {})
+    rows = 1 + len(run.steps) - s[0] + len(run.reads) - s[1] + len(run.writes) - s[2] + len(run.decisions) - s[3]
     text = len(run.input_json or "") + len(run.output_json or "")
-    for w in run.writes:
+    for w in run.writes[s[2]:]:
         if w.value is not None:
             text += len(w.value)
-    for extra in run.rows.values():
+    for table, extra in run.rows.items():
+        extra = extra[s[4].get(table, 0):]
         rows += len(extra)
         for row in extra:
             for value in row.values():

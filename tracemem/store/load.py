@@ -2,13 +2,15 @@
 conversation thread's writes in bulk.
 
 Every lookup is by run id, which each run table indexes (schema v6), and several runs load
-together: one query however many runs (`load_runs`), so a backtrack that walks
+together: a query per table however many runs (`load_runs`), so a backtrack that walks
 forty turns of a thread, or a store of a million runs, costs index lookups, never scans.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, Iterable, Optional
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError
@@ -86,14 +88,16 @@ def thread(con: Any, run_id: str, root: Optional[str] = None) -> list[ThreadRun]
             for rid, continues, input_json in chain]
 
 
-# What a load reads of each table, in the order of the record it builds: all of it in one query (a
-# UNION ALL BY NAME of index lookups, each table's columns renamed apart), sorted as each table is read.
+# What a load reads of each table, in the order of the record it builds: a query per table that holds
+# rows (an index lookup each), sorted in Python. One UNION ALL BY NAME of all of them was tried: its rows
+# are as wide as every table's columns together, nearly all NULL, and turning those into Python tuples
+# made a 1,000-step run load 2-3× slower than a query per table (bench/resume.py).
 _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, columns, step, seq)
-    "runs": ("run_id", ["pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
+    "runs": ("run_id", ["run_id", "pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
                         "epoch_ns(ended_at)", "input", "output", "parent_run_id", "parent_step", "subject", "query",
                         "trace_id", "continues_run_id", "thread_id", "degraded", "pending", "resume_at",
                         "forked_from_run_id", "forked_from_step", "span_id", "counterfactual", "notes"], "NULL", "NULL"),
-    "children": ("parent_run_id", ["run_id"], "NULL", "epoch_ns(started_at)"),
+    "children": ("parent_run_id", ["run_id", "parent_run_id"], "NULL", "epoch_ns(started_at)"),
     "steps": ("run_id", ["step", "stage", "name", "kind", "iteration", "status", "error", "epoch_ns(started_at)",
                          "epoch_ns(ended_at)", "routed_by", "child_run_id", "logs"], "step", "NULL"),
     "reads": ("run_id", ["step", "seq", "path", "source_step", "source_seq"], "step", "seq"),
@@ -103,87 +107,84 @@ _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, 
        for t in sorted(EXTRA_TABLES) if any(c == "step" for c, _ in COLUMNS[t])},
 }
 
-
-def _query(n: int, empty: frozenset[str] = frozenset()) -> str:
-    """The one query of a load of n runs (ids as $1..$n, or as one list $1 when many), leaving out the
-    tables known to be empty (a lookup in an empty table still costs its share of the plan)."""
-    return " UNION ALL BY NAME ".join(_branch(name, n) for name in _READ  # sorted in Python: a sort of
-                                      if ("runs" if name == "children" else name) not in empty or name == "runs")
-
-
-def _branch(name: str, n: int, rowid: str = "rowid") -> str:
-    key, cols, step, seq = _READ[name]
-    ids = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"  # wide rows
-    picked = ", ".join(f'{c} AS "{name}.{i}"' for i, c in enumerate(cols))  # costs DuckDB more
-    return (f"(SELECT '{name}' AS _t, {key} AS _run, {step} AS _step, {seq} AS _seq, {rowid} AS _rowid, "
-            f"{picked} FROM {'runs' if name == 'children' else name} WHERE {key} IN ({ids}))")
-
-
-# PostgreSQL has no UNION BY NAME nor rowid: a query per table, each row widened to the union's columns, and
-# the row's physical place standing for its insertion order (rows are appended by COPY, never moved)
+# PostgreSQL has no rowid: the row's physical place stands for its insertion order (rows are appended by
+# COPY, never moved)
 _CTID = "((ctid::text::point)[0]::bigint * 65536 + (ctid::text::point)[1]::bigint)"
 
 
-def _rows(con: Any, ids: list[str]) -> tuple[list[str], list[tuple]]:
-    """(column names, rows) of a load, as `_query` gives them, one query per table (PostgreSQL)."""
-    names = ["_t", "_run", "_step", "_seq", "_rowid"] + [f"{n}.{i}" for n, spec in _READ.items()
-                                                         for i in range(len(spec[1]))]
-    at = {n: i for i, n in enumerate(names)}
-    rows: list[tuple] = []
-    for name in _READ:
-        for row in con.execute(_branch(name, len(ids), _CTID), ids if len(ids) <= 8 else [ids]).fetchall():
-            wide = [None] * len(names)
-            wide[:5] = row[:5]
-            wide[at[f"{name}.0"]:at[f"{name}.0"] + len(row) - 5] = row[5:]
-            rows.append(tuple(wide))
-    return names, rows
+def _layout(name: str, many: bool, rowid: str) -> tuple[list[str], list[int]]:
+    """What a load selects of a table (its columns, then what its order needs beyond them) and where the
+    order's columns are in that: the run id (first, when the rows are of several runs), step, seq (or idx,
+    or start), insertion."""
+    key, cols, step, seq = _READ[name]
+    select, order = list(cols), []
+    for expr in ([key] if many else []) + [e for e in (step, seq) if e != "NULL"] + [rowid]:
+        if expr not in select:
+            select.append(expr)
+        order.append(select.index(expr))
+    return select, order
 
 
-def _order(row: tuple) -> tuple:
-    """Each table's rows in the order it is read: by run, step, seq (or idx, or start), then insertion
-    (NULLs last, as DuckDB sorts them)."""
-    return (row[0], row[1], _LAST if row[2] is None else row[2], _LAST if row[3] is None else row[3], row[4])
+def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool) -> list[tuple]:
+    """One table's rows of the runs `ids` (ids as $1..$n, or as one list $1 when many), in the order it is
+    read (NULLs last, as DuckDB sorts them). `many`: the rows' run id is their first order column."""
+    select, order = _layout(name, many, rowid)
+    key = _READ[name][0]
+    n = len(ids)
+    where = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"
+    rows = con.execute(f"SELECT {', '.join(select)} FROM {'runs' if name == 'children' else name} "
+                       f"WHERE {key} IN ({where})", ids if n <= 8 else [ids]).fetchall()
+    try:
+        rows.sort(key=itemgetter(*order))
+    except TypeError:  # a NULL beside a value (a NULL-able seq column): NULLs go last
+        rows.sort(key=lambda row: tuple((1, 0) if row[i] is None else (0, row[i]) for i in order))
+    return rows
 
 
-_LAST = float("inf")
+def _tables(con: Any) -> list[str]:
+    """The tables a load reads that may hold rows (a lookup in an empty table still costs a query)."""
+    if getattr(con, "dialect", "duckdb") == "postgres":  # store/pg/connection.py
+        return list(_READ)
+    empty = frozenset(t for t, size in con.execute(
+        "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main'").fetchall() if size == 0)
+    return [name for name in _READ if name in ("runs", "children") or name not in empty]
 
 
 def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSchema] = None) -> dict[str, Run]:
-    """The runs among `run_ids` that exist, each with every row it recorded and its child runs, in one
-    query however many (and one more per level of subflows); `store` is kept as their loader."""
+    """The runs among `run_ids` that exist, each with every row it recorded and its child runs, in a query
+    per table that holds rows however many runs (and that again per level of subflows); `store` is kept
+    as their loader."""
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         return {}
-    if getattr(con, "dialect", "duckdb") == "postgres":  # store/pg/connection.py
-        names, rows = _rows(con, ids)
-    else:
-        empty = frozenset(t for t, size in con.execute(
-            "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = 'main'").fetchall() if size == 0)
-        rel = con.execute(_query(len(ids), empty), ids if len(ids) <= 8 else [ids])
-        names = [d[0] for d in rel.description]
-        rows = rel.fetchall()
-    rows.sort(key=_order)
-    at = {name: slice(names.index(f"{name}.0"), names.index(f"{name}.0") + len(_READ[name][1]))
-          for name in _READ if f"{name}.0" in names}
-    heads: list[tuple] = []
-    children: list[tuple[str, str]] = []
+    rowid = _CTID if getattr(con, "dialect", "duckdb") == "postgres" else "rowid"
+    tables = _tables(con)
+    heads = _fetch(con, "runs", ids, rowid, True)
+    if not heads:
+        return {}
+    ids = [row[0] for row in heads]
+    many = len(ids) > 1
     records: dict[str, Record] = {}
-    for row in rows:
-        table, rid, values = row[0], row[1], row[at[row[0]]]
-        if table == "runs":
-            heads.append((rid, *values))
-        elif table == "children":
-            children.append((values[0], rid))
-        else:
+    children: list[tuple[str, str]] = []
+    for name in tables[1:]:
+        if name == "children":
+            children = [(row[0], row[1]) for row in _fetch(con, name, ids, rowid, True)]
+            continue
+        rows = _fetch(con, name, ids, rowid, many)
+        if not rows:
+            continue
+        width = len(_READ[name][1])
+        run_of = itemgetter(_layout(name, True, rowid)[1][0])
+        for rid, group in groupby(rows, run_of) if many else [(ids[0], rows)]:
             record = records.get(rid)
             if record is None:
                 record = records[rid] = Record()
-            record.add(table, values)
+            record.add(name, group, width)
     out: dict[str, Run] = {}
     for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
          subject, query, trace_id, continues, thread_id, degraded, pending, resume_at, forked_from, forked_step,
-         span_id, counterfactual, notes) in heads:
+         span_id, counterfactual, notes, *_) in heads:
         run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
                   schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
                   started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
@@ -216,17 +217,19 @@ class Record:
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
 
-    def add(self, table: str, values: tuple) -> None:
+    def add(self, table: str, rows: Iterable[tuple], width: int) -> None:
+        """Rows of `table` as `_fetch` gives them (its `width` columns first), in order."""
         if table == "steps":
-            self.steps.append(Step(*values[:11], tuple(values[11] or ())))
+            self.steps = [Step(*row[:11], tuple(row[11] or ())) for row in rows]
         elif table == "reads":
-            self.reads.append(Read(*values))
+            self.reads = [Read(*row[:5]) for row in rows]
         elif table == "writes":
-            self.writes.append(Write(*values))
+            self.writes = [Write(*row[:5]) for row in rows]
         elif table == "decisions":
-            self.decisions.append(Decision(values[0], values[1], json.loads(values[2]) if values[2] else None))
+            self.decisions = [Decision(row[0], row[1], json.loads(row[2]) if row[2] else None) for row in rows]
         else:
-            self.rows.setdefault(table, []).append(dict(zip(_READ[table][1], values)))
+            cols = _READ[table][1]
+            self.rows[table] = [dict(zip(cols, row[:width])) for row in rows]
 
     def give(self, run: Run) -> None:
         run.steps, run.reads, run.writes, run.decisions, run.rows = (

@@ -62,7 +62,7 @@ class Store:
 
     On a DuckDB file every run (durability "run") or every stage (durability "stage") is appended to the
     run journal beside it before the call returns (process-crash safe; store/run_log.py); `fsync=True`
-    also fdatasyncs each append (power-loss safe). `log` receives what opening reports (recovered runs,
+    also fdatasyncs each append, and the claim `flow.resume` takes on a run (power-loss safe). `log` receives what opening reports (recovered runs,
     damaged journal records)."""
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
@@ -74,6 +74,7 @@ class Store:
         self.path = str(path)
         self.read_only = read_only
         self.durability = durability
+        self.fsync = fsync  # the journal's appends and resume's claims are fdatasync'd too (power-loss safe)
         self.flush_interval = flush_interval  # 0: each run is on disk before flow.run returns
         self.snapshot_of: Optional[str] = None
         self.snapshot_note = ""
@@ -178,7 +179,8 @@ class Store:
         saying who has it when lost; see store/claims.py."""
         self.flush()
         with self.lock:
-            return claim(self.con, run_id, steps, self.lease if self.backend.shared else None)
+            return claim(self.con, run_id, steps, self.lease if self.backend.shared else None,
+                         sync=self.fsync or self.backend.shared)
 
     def release_run(self, run_id: str, status: str) -> None:
         """Give back a claim whose resume could not start (the run is `status` again)."""
