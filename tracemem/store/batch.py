@@ -116,7 +116,9 @@ def _derived(table: str, arrays: dict[str, pa.Array]) -> dict[str, pa.Array]:
     if table == "model_calls":
         return {"duration_ms": arrays["latency_ms"]}
     if table in ("runs", "steps"):  # numpy, not pyarrow.compute: ten times quicker on a batch this size
-        ended, started = (arrays[c].cast(pa.int64()).to_numpy(zero_copy_only=False) for c in ("ended_at", "started_at"))
+        # (`view`, not `cast`: a cast imports pyarrow.compute, 20 ms on the first batch a process writes)
+        ended, started = (arrays[c].view(pa.int64()).to_numpy(zero_copy_only=False)
+                          for c in ("ended_at", "started_at"))
         return {"duration_ms": pa.array((ended - started) / 1e6, type=F, from_pandas=True)}  # NaN (no end): null
     return {}
 
