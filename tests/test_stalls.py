@@ -87,3 +87,23 @@ def test_a_map_of_waiting_stages_still_runs_them_at_once() -> None:
     took = time.monotonic() - began
     assert run.output.out == [10, 20, 30]  # committed in element order
     assert took < 0.4, f"three 0.15 s stages took {took:.3f} s"
+
+
+
+def _four_sleepers_overlap() -> float:
+    """Seconds four branches of 0.2 s each take together."""
+    began = time.monotonic()
+    run_claimed(lambda i: (time.sleep(0.2), BranchOutcome(0, 0, None))[1], 4)
+    return time.monotonic() - began
+
+
+def test_a_forked_child_gets_its_own_watcher_and_waiting_branches_still_overlap() -> None:
+    """A process forked after a fan-out ran has no watcher thread (fork copies only the calling thread):
+    its next fan-out starts one, so a branch that waits still brings a helper."""
+    import os
+    assert _four_sleepers_overlap() < 0.6  # the parent's watcher thread now exists
+    pid = os.fork()
+    if pid == 0:  # the child reports through its exit code
+        os._exit(0 if _four_sleepers_overlap() < 0.6 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "in the forked child, waiting branches ran one after another"

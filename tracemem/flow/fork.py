@@ -12,6 +12,7 @@ The runner hands in a callback per branch, so this module never sees the runner.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,8 +53,13 @@ class BranchPool:
                 self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="tracemem-fork")
             return self._pool
 
+    def forked(self) -> None:
+        """In a forked child: the parent's pool and watcher threads did not come along; start afresh."""
+        self._pool, self._lock, self.watch = None, threading.Lock(), StallWatch()
+
 
 branch_pool = BranchPool()
+os.register_at_fork(after_in_child=branch_pool.forked)
 
 
 async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[bool],
