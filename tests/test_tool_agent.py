@@ -290,3 +290,39 @@ def test_a_map_stage_cannot_pause():
         Pipeline("p", Items).map(ask, over="nope")
     with pytest.raises(PipelineError, match="must take \\(scope, ctx\\)"):
         Pipeline("p", Items).map(lambda s: None, over="items")
+
+
+class Things(BaseModel):
+    things: list[Any] = []
+    seen: list[str] = []
+
+
+class Point(BaseModel):
+    x: int = 0
+
+
+def test_a_map_steps_item_is_its_own_copy_and_each_step_records_its_read_of_the_list():
+    """`ctx.item` is a private shallow copy of the element (a model, a dict, a list, a tuple of containers):
+    changing it changes nothing in the scope; and each element's step records one read of the mapped field."""
+    def poke(scope: Things, ctx) -> None:
+        item = ctx.item
+        if isinstance(item, Point):
+            item.x = 99
+        elif isinstance(item, dict):
+            item["k"] = "changed"
+        elif isinstance(item, list):
+            item.append("more")
+        elif isinstance(item, tuple):
+            item[0].append("more")
+        scope.seen.append(type(item).__name__)
+
+    flow = Pipeline("items", Things).map(poke, over="things").build()
+    things = [Point(x=1), {"k": "v"}, ["a"], (["t"], 1), "text"]
+    run = flow.run({"things": things})
+    assert sorted(run.output.seen) == sorted(["Point", "dict", "list", "tuple", "str"])
+    assert run.output.things == [Point(x=1), {"k": "v"}, ["a"], (["t"], 1), "text"]
+    assert things[0].x == 1 and things[2] == ["a"]  # the caller's objects too
+    map_steps = [s.step for s in run.steps if s.kind == "map-item"]
+    assert len(map_steps) == 5
+    for step in map_steps:
+        assert [r.path for r in run.reads if r.step == step and r.path == "things"] == ["things"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Awaitable, Callable, Optional
 
 from ..errors import TracememError
-from ..scope.tracked import unwrap
+from ..scope.tracked import private_copy
 from .fork import fork_conflict, merge_branch, run_branches
 from .program import Instruction
 from .spec import StageSpec
@@ -37,8 +37,8 @@ class ParallelSteps:
         spec: StageSpec = ins.spec  # type: ignore[assignment]
         over = ins.node.over
         begun = [self._begin(ins, spec, spec.kind) for _ in range(len(self.state.data.get(over) or ()))]
-        for i, b in enumerate(begun):  # the element, read through the step's recorder (a read of `over`)
-            b.item = unwrap(b.rec.read(over)[i])
+        for i, b in enumerate(begun):  # the element, read through the step's recorder (a read of `over`), a copy
+            b.item = private_copy(b.rec.read(over, tracked=False)[i])  # (no tracked copy of the whole list)
         return await self._parallel(ins, begun, [f"{spec.id}[{i}]" for i in range(len(begun))], pc) if begun \
             else pc + 1
 

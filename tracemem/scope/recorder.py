@@ -65,7 +65,9 @@ class StepRecorder:
         self.pause: Any = None  # set by `ctx.interrupt` (a flow.interrupt.Pause): the step pauses
 
     # -- reads -------------------------------------------------------------
-    def read(self, name: str) -> Any:
+    def read(self, name: str, tracked: bool = True) -> Any:
+        """A field's value as the stage sees it (`tracked=False`: the value itself, for the runner's own
+        use — a map step's element), the read recorded with where the value came from."""
         own = self.own.get(name)
         if own is not None:
             value = self.overlay[name]
@@ -89,7 +91,7 @@ class StepRecorder:
                 self.reads.append(Read(self.step, self.seq, name, source[0], source[1]))
         if self.capture is not None:
             self.capture.append((name, value))
-        if type(value) in SCALARS:
+        if type(value) in SCALARS or not tracked:
             return value
         proxy = self.proxies.get(name)
         if proxy is not None:

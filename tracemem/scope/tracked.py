@@ -44,6 +44,24 @@ def track(value: Any, rec: Recorder, path: Path) -> Any:
     return value
 
 
+def private_copy(value: Any) -> Any:
+    """What `unwrap(track(value, ...))` gives, without making the tracked copy: a shallow copy of a list,
+    dict or model, a set as a frozenset, a deep copy of a tuple holding containers; scalars as they are."""
+    if type(value) in SCALARS:
+        return value
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, BaseModel):
+        return copy.copy(value)
+    if isinstance(value, set):
+        return frozenset(value)
+    if type(value) is tuple and not all(type(v) in SCALARS for v in value):
+        return copy.deepcopy(value)
+    return value
+
+
 def unwrap(value: Any) -> Any:
     """Plain data from a tracked copy (recursively); anything else is returned unchanged."""
     if isinstance(value, TrackedList):
