@@ -13,8 +13,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Optional, Sequence, Union
 
-from pydantic import BaseModel
-
 from tracemem import ScopeWriteError, StageContext, TracememError
 from tracemem.models import ChatModel, Message, ToolChoice
 
@@ -40,7 +38,7 @@ def conversation(scope: Any, *, system_from: Optional[str], messages_from: Optio
         messages.append(Message(role="system", content=getattr(scope, system_from)))
     # `copy.copy` of the scope's tracked list gives the stored messages without making each a tracked copy
     # (a few µs per message per call); each goes out as a shallow copy, as a tracked copy would have
-    history = [_detached(m) for m in copy.copy(getattr(scope, messages_from))] if messages_from else []
+    history = [copy.copy(m) for m in copy.copy(getattr(scope, messages_from))] if messages_from else []
     messages += history
     question = getattr(scope, question_from) if question_from else ""
     asked = ask and bool(question) and not (history and history[-1].get("role") == "user"
@@ -48,11 +46,6 @@ def conversation(scope: Any, *, system_from: Optional[str], messages_from: Optio
     if asked:
         messages.append(Message(role="user", content=question))
     return messages, asked
-
-
-def _detached(message: Any) -> Any:
-    """A shallow copy of a stored message (a Message, or an older scope's dict) to send to the model."""
-    return message.model_copy() if isinstance(message, BaseModel) else copy.copy(message)
 
 
 def append_message(target: Any, message: Message) -> None:

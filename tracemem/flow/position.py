@@ -162,13 +162,9 @@ def scope_at(program: Program, run: "Run", upto: Optional[int]) -> tuple[dict[st
         state = schema.rebuild(state if isinstance(state, dict) else state.model_dump())
     data = {name: getattr(state, name) for name in schema.fields}
     last: dict[str, tuple[int, int]] = {}
-    roots: dict[str, str] = {}  # a run writes the same few paths over and over
     for w in run.committed_writes():
         if upto is None or w.step <= upto:
-            root = roots.get(w.path)
-            if root is None:
-                root = roots[w.path] = root_of(w.path)
-            last[root] = (w.step, w.seq)
+            last[root_of(w.path)] = (w.step, w.seq)
     return data, last
 
 

@@ -32,6 +32,7 @@ def format_path(path: Path) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=4096)  # as parse_path: a run writes the same few paths over and over
 def root_of(text: str) -> str:
     """The top-level field a path text starts with: `messages[3].content` → `messages`."""
     return text.split(".", 1)[0].split("[", 1)[0]

@@ -66,15 +66,12 @@ def replay_thread(thread: list[ThreadRun], reset: Callable[[str], Any], upto: Op
     # `order` is the order a write-by-write replay gives the fields (the data of a scope-less run shows it)
     cut: dict[str, tuple[int, int]] = {}
     order: dict[str, None] = dict.fromkeys(start or {})
-    roots: dict[str, str] = {}  # a run writes the same few paths over and over
     for i, (inputs, writes) in enumerate(runs):
         for name in inputs:
             cut[name] = (i, -1)
             order[name] = None
         for j, w in enumerate(writes):
-            root = roots.get(w.path)
-            if root is None:
-                root = roots[w.path] = root_of(w.path)
+            root = root_of(w.path)
             if _whole(w, root):
                 cut[root] = (i, j)
                 order[root] = None
@@ -85,7 +82,7 @@ def replay_thread(thread: list[ThreadRun], reset: Callable[[str], Any], upto: Op
             if cut[name] == (i, -1):
                 data[name] = value
         for j, w in enumerate(writes):
-            root = roots[w.path]
+            root = root_of(w.path)
             if cut.get(root, (-1, -1)) <= (i, j):
                 pending.setdefault(root, []).append(w)
     for root, writes in pending.items():

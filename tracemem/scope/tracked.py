@@ -37,10 +37,16 @@ def track(value: Any, rec: Recorder, path: Path) -> Any:
         return TrackedDict(value, rec, path)
     if isinstance(value, BaseModel):
         return TrackedModel(value, rec, path)
+    return _frozen(value)
+
+
+def _frozen(value: Any) -> Any:
+    """A value no stage can change behind the recorder: a set as a frozenset (sets are read-only in a
+    view: assign a new set to change one), a tuple holding containers deep-copied; anything else as is."""
     if isinstance(value, set):
-        return frozenset(value)  # sets are read-only in a view: assign a new set to change one
-    if kind is tuple and not all(type(v) in SCALARS for v in value):
-        return copy.deepcopy(value)  # a tuple is immutable: what it holds must not change behind the recorder
+        return frozenset(value)
+    if type(value) is tuple and not all(type(v) in SCALARS for v in value):
+        return copy.deepcopy(value)
     return value
 
 
@@ -55,11 +61,7 @@ def private_copy(value: Any) -> Any:
         return dict(value)
     if isinstance(value, BaseModel):
         return copy.copy(value)
-    if isinstance(value, set):
-        return frozenset(value)
-    if type(value) is tuple and not all(type(v) in SCALARS for v in value):
-        return copy.deepcopy(value)
-    return value
+    return _frozen(value)
 
 
 def unwrap(value: Any) -> Any:

@@ -27,6 +27,7 @@ from typing import Optional
 
 from ..errors import StoreError
 from ..run import Run
+from .batch import rows_since
 
 MAX_COST = 64_000
 """Default bound of the queue's cost: ~64k rows, or ~4 MB of recorded text."""
@@ -39,19 +40,18 @@ BATCH_COST = 32_000
 def cost_of(run: Run) -> int:
     """The writer's work for a run: rows, plus one per 64 characters of JSON values and extra rows' text
     (of a resumed run, only what came after the resume: its record before is in the tables already)."""
-    s = run.resumed_from or (0, 0, 0, 0, {})
-    rows = 1 + len(run.steps) - s[0] + len(run.reads) - s[1] + len(run.writes) - s[2] + len(run.decisions) - s[3]
+    steps, reads, writes, decisions, counts = run.resumed_from or (0, 0, 0, 0, {})
+    extra = rows_since(run, counts)
+    rows = (1 + len(run.steps) - steps + len(run.reads) - reads + len(run.writes) - writes
+            + len(run.decisions) - decisions + len(extra))
     text = len(run.input_json or "") + len(run.output_json or "")
-    for w in run.writes[s[2]:]:
+    for w in run.writes[writes:]:
         if w.value is not None:
             text += len(w.value)
-    for table, extra in run.rows.items():
-        extra = extra[s[4].get(table, 0):]
-        rows += len(extra)
-        for row in extra:
-            for value in row.values():
-                if type(value) is str:
-                    text += len(value)
+    for _, row in extra:
+        for value in row.values():
+            if type(value) is str:
+                text += len(value)
     return rows + text // 64
 
 

@@ -62,8 +62,8 @@ class Store:
 
     On a DuckDB file every run (durability "run") or every stage (durability "stage") is appended to the
     run journal beside it before the call returns (process-crash safe; store/run_log.py); `fsync=True`
-    also fdatasyncs each append, and the claim `flow.resume` takes on a run (power-loss safe). `log` receives what opening reports (recovered runs,
-    damaged journal records)."""
+    also fdatasyncs each append, and the claim `flow.resume` takes on a run (power-loss safe). `log` receives
+    what opening reports (recovered runs, damaged journal records)."""
 
     def __init__(self, path: str = ":memory:", *, read_only: bool = False, durability: str = "run",
                  flush_interval: float = 0.05, embedder: Any = "default", snapshot_embedder: Any = "default",
