@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from ..ids import new_id as _new_id
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import duckdb
 import numpy as np
 
-from . import binding, fingerprint, persist, shared, sql
+from . import binding, bulk, fingerprint, persist, shared, sql
 from .cache import IndexCache
 from .embedders import Embedder, HashingEmbedder
 from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
 from .index import Shard, VectorIndex
-from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, as_tags, check_fields,
-                      check_subject, check_window, to_utc_naive)
+from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, check_fields, check_subject,
+                      check_window, to_utc_naive)
 from .search import Exclusion, SearchResult, rank_shard, scored_records
 from ..times import utc_now
 from .tables import MEMORY_COLUMNS
@@ -143,29 +142,16 @@ class Memory:
     def _remember(self, pairs: list[tuple[str, dict[str, Any]]], *, run_id: str | None,
                   given: np.ndarray | None) -> list[MemoryRecord]:
         now = to_utc_naive(self._clock(), "clock()")
-        recs: list[MemoryRecord] = []
-        eid = self.embedder.embedder_id if self.embedder else None
-        allowed = {"text", "tags", "confidence", "valid_from", "valid_until", "source_run_id", "source_step",
-                   "source_ref", "review_state"}
-        for subject, item in pairs:
-            unknown = set(item) - allowed
-            if unknown:
-                raise MemoryInputError(f"unknown memory fields {sorted(unknown)}; allowed: {sorted(allowed)}")
-            item.setdefault("confidence", 60)
-            item.setdefault("review_state", "fresh")
-            item["tags"] = as_tags(item.get("tags"))
-            fields = check_fields(item)
-            check_window(fields.get("valid_from"), fields.get("valid_until"))
-            recs.append(MemoryRecord(memory_id=f"m_{_new_id()}", subject=check_subject(subject), embedder_id=eid,
-                                     created_at=now, updated_at=now, **fields))
+        recs = bulk.new_records(pairs, now=now, embedder_id=self.embedder.embedder_id if self.embedder else None)
         vecs = given if given is not None else binding.embed(self.embedder, [r.text for r in recs])
-        rows = [_row(r) for r in recs]
+        rows = bulk.rows_of(recs)
         with self.lock:
             index = self._loaded()
             with self.sql.bulk_wal(self.con, len(rows)), self.sql.transaction(self.con):
                 added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
-                self.sql.insert_events(self.con, [(r.memory_id, "remember", None, r.audit_view(), run_id, now, None)
-                                             for r in recs])
+                event = bulk.EventJSON(sql.event_json)
+                self.sql.insert_events(self.con, [(r.memory_id, "remember", None, event(r), run_id, now, None)
+                                                  for r in recs])
                 if vecs is not None:
                     binding.bind(self.con, self.embedder)
             self._cache.note(added)

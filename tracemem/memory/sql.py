@@ -25,7 +25,7 @@ from ..dbmeta import META_DDL
 from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
 __all__ = ["transaction", "bulk_wal", "insert_records", "insert_events", "fetch_records", "load_live",
-           "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "SHARED"]
+           "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "event_json", "SHARED"]
 
 SHARED = False  # one process writes a DuckDB file: its index is the truth (see memory/shared.py)
 
@@ -132,8 +132,13 @@ def insert_records(con: duckdb.DuckDBPyConnection, recs: Sequence[tuple[Any, ...
         con.unregister(name)
 
 
-def _js(value: dict[str, Any] | None) -> str | None:
+def event_json(value: dict[str, Any] | None) -> str | None:
+    """The text stored in `memory_events.old`/`new` for a dict of fields (None stays NULL)."""
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
+
+
+def _js(value: dict[str, Any] | str | None) -> str | None:
+    return value if isinstance(value, str) else event_json(value)  # a str is already event_json's text (bulk.py)
 
 
 def insert_events(con: duckdb.DuckDBPyConnection, events: Sequence[tuple[str, str, Any, Any, str | None, datetime, str | None]]) -> None:

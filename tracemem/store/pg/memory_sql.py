@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,9 @@ _EVENT_COLS = ["memory_id", "event", "old", "new", "run_id", "at", "reason"]
 _EVENT_KINDS = [pa.string()] * 5 + [_TS, pa.string()]
 
 
-def _js(value: Optional[dict[str, Any]]) -> Optional[str]:
+def _js(value: Union[dict[str, Any], str, None]) -> Optional[str]:
+    if isinstance(value, str):  # already the JSON text (memory/bulk.py builds it for remember events)
+        return value
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
 
 
