@@ -152,8 +152,11 @@ class HashingEmbedder:
                 self._n_feat_entries = 0
             known, register = self._terms, self._term_id
             docs = [term_tuple(t) for t in texts]
-            ids = [known[t] if t in known else register(t) for d in docs for t in d]
-            n_tok = np.fromiter((len(d) for d in docs), np.int64, n)
+            flat = [t for d in docs for t in d]
+            for t in dict.fromkeys([t for t in flat if t not in known]):  # new terms, in order of first use
+                register(t)
+            tok = np.fromiter(map(known.__getitem__, flat), np.int64, len(flat))
+            n_tok = np.fromiter(map(len, docs), np.int64, n)
             extra_rows: list[int] = []
             extra_fids: list[int] = []
             if self._bigram_weight > 0:
@@ -162,7 +165,6 @@ class HashingEmbedder:
                         extra_rows.append(row)
                         extra_fids.append(self._feature_id(f"b:{a} {b}"))
             off, size, feat_ids, feat_amt, cols, signs = self._tables()
-        tok = np.asarray(ids, dtype=np.int64)
         per_tok = size[tok]
         total = int(per_tok.sum())
         out = np.zeros(n * self.dim, dtype=np.float64)
@@ -173,8 +175,7 @@ class HashingEmbedder:
             rows = np.concatenate([np.repeat(tok_row, per_tok), np.asarray(extra_rows, np.int64)])
             fid = np.concatenate([feat_ids[gather], np.asarray(extra_fids, np.int64)])
             amount = np.concatenate([feat_amt[gather], np.full(len(extra_fids), float(self._bigram_weight))])
-            keys, inverse = np.unique(rows * len(cols) + fid, return_inverse=True)
-            counts = np.bincount(inverse, weights=amount)  # one count per (text, feature), as in features
+            keys, counts = _sum_by_key(rows * len(cols) + fid, amount)  # one count per (text, feature)
             feat = keys % len(cols)
             out = np.bincount((keys // len(cols)) * self.dim + cols[feat], weights=signs[feat] * np.log1p(counts),
                               minlength=n * self.dim)
@@ -182,6 +183,29 @@ class HashingEmbedder:
         norms = np.linalg.norm(out32, axis=1, keepdims=True)
         np.divide(out32, norms, out=out32, where=norms > 0)
         return out32
+
+
+def _sum_by_key(keys: np.ndarray, amounts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys, ascending, and the sum of each key's amounts, added in input order.
+
+    What `np.unique(keys, return_inverse=True)` and `np.bincount(inverse, weights=amounts)`
+    give, bit for bit, for about half the time: each key carries its position in its low
+    bits, so one plain sort (no argsort) orders the keys and, within a key, the amounts
+    as they came.
+    """
+    n = len(keys)
+    shift = max(n - 1, 1).bit_length()
+    if n == 0 or int(keys.max()) >= 1 << (62 - shift):  # the key and the position must share 63 bits
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, np.bincount(inverse, weights=amounts)
+    packed = np.sort((keys << shift) | np.arange(n, dtype=np.int64))
+    order = packed & ((1 << shift) - 1)
+    packed >>= shift
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(packed[1:], packed[:-1], out=first[1:])
+    group = np.cumsum(first) - 1
+    return packed[first], np.bincount(group, weights=amounts[order])
 
 
 def check_vectors(vectors: np.ndarray, *, dim: int, n: int | None = None, what: str = "embedding") -> np.ndarray:

@@ -73,8 +73,14 @@ def stem(word: str) -> str:
     return word
 
 
+# ASCII letters and digits are what `_WORD` takes of ASCII text (lower-cased here); all else separates words.
+_ASCII_WORDS = bytes(c if c < 128 and chr(c).isalnum() else 32 for c in range(256)).lower()
+
+
 def words(text: str) -> list[str]:
     """All word tokens of `text`, normalized but neither filtered nor stemmed."""
+    if text.isascii() and "'" not in text:  # the common case: `_WORD`'s tokens are the runs of letters and digits
+        return text.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
     return _WORD.findall(normalize(text))
 
 
