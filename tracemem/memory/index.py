@@ -126,15 +126,19 @@ class Shard:
     def append_many(self, recs: Sequence[Sequence[Any]], vecs: np.ndarray | None) -> None:
         """Append records (MEMORY_COLUMNS tuples) with their normalized vectors (or None)."""
         self._reserve(len(recs))
-        start = self.n
-        for rec in recs:
-            if self.row_of(rec[0]) is not None:  # defensive: a re-added id retires its old row
-                self.retire(rec[0])
+        start, end = self.n, self.n + len(recs)
+        ids = [rec[0] for rec in recs]
+        for mid in ids:
+            if self.row_of(mid) is not None:  # defensive: a re-added id retires its old row
+                self.retire(mid)
         assert self._row_of is not None
-        for i, rec in enumerate(recs):
-            self._tail_ids.append(rec[0])
-            self._row_of[rec[0]] = start + i
-            self.set_meta(start + i, rec)
+        self._tail_ids.extend(ids)
+        self._row_of.update(zip(ids, range(start, end)))
+        # set_meta of every row, a column at a time
+        self.conf[start:end] = [rec[_COL["confidence"]] for rec in recs]
+        self.review[start:end] = [REVIEW_CODE[rec[_COL["review_state"]]] for rec in recs]
+        self.vfrom[start:end] = [to_micros(rec[_COL["valid_from"]], MIN_US) for rec in recs]
+        self.vuntil[start:end] = [to_micros(rec[_COL["valid_until"]], MAX_US) for rec in recs]
         self.alive[start : start + len(recs)] = True
         self.lex.add_many(start, [term_tuple(rec[_COL["text"]]) for rec in recs])
         self.n = start + len(recs)
