@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import duckdb
 import numpy as np
 
-from . import binding, bulk, fingerprint, persist, shared, sql
+from . import binding, bulk, fingerprint, overlap, persist, shared, sql
 from .cache import IndexCache
 from .embedders import Embedder, HashingEmbedder
 from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
@@ -143,15 +143,22 @@ class Memory:
                   given: np.ndarray | None) -> list[MemoryRecord]:
         now = to_utc_naive(self._clock(), "clock()")
         recs = bulk.new_records(pairs, now=now, embedder_id=self.embedder.embedder_id if self.embedder else None)
-        vecs = given if given is not None else binding.embed(self.embedder, [r.text for r in recs])
-        rows = bulk.rows_of(recs)
+
+        def events() -> list[tuple[Any, ...]]:
+            event = bulk.EventJSON(sql.event_json)
+            return [(r.memory_id, "remember", None, event(r), run_id, now, None) for r in recs]
+
+        overlapped = given is None and overlap.can_overlap(self.sql, self.embedder, len(recs))
+        vecs = given if given is not None or overlapped else binding.embed(self.embedder, [r.text for r in recs])
         with self.lock:
             index = self._loaded()
-            with self.sql.bulk_wal(self.con, len(rows)), self.sql.transaction(self.con):
-                added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
-                event = bulk.EventJSON(sql.event_json)
-                self.sql.insert_events(self.con, [(r.memory_id, "remember", None, event(r), run_id, now, None)
-                                                  for r in recs])
+            with self.sql.bulk_wal(self.con, len(recs)), self.sql.transaction(self.con):
+                if overlapped:  # DuckDB writes one block while the next is embedded (overlap.py)
+                    added, rows, vecs = overlap.write_overlapped(self.con, self.embedder, recs, events)
+                else:
+                    rows = bulk.rows_of(recs)
+                    added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
+                    self.sql.insert_events(self.con, events())
                 if vecs is not None:
                     binding.bind(self.con, self.embedder)
             self._cache.note(added)

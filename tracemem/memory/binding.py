@@ -8,7 +8,7 @@ first embedded write records `memory.embedder_id` and `memory.dim` in
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import duckdb
 import numpy as np
@@ -18,7 +18,7 @@ from .embedders import Embedder, check_vectors
 from .errors import EmbedderMismatchError, MemoryInputError
 from .tables import META_DIM, META_EMBEDDER_ID
 
-__all__ = ["check_store_embedder", "bind", "embed", "given_vector", "reembed_all"]
+__all__ = ["check_store_embedder", "bind", "embed", "embed_blocks", "given_vector", "reembed_all"]
 
 
 def check_store_embedder(con: duckdb.DuckDBPyConnection, emb: Embedder | None) -> None:
@@ -54,6 +54,15 @@ def embed(emb: Embedder | None, texts: Sequence[str]) -> np.ndarray | None:
         return None
     return check_vectors(emb.embed(list(texts)), dim=emb.dim, n=len(texts),
                          what=f"output of embedder {emb.embedder_id!r}")
+
+
+def embed_blocks(emb: Any, texts: Sequence[str], size: int) -> Iterator[np.ndarray]:
+    """`embed`, in blocks of `size` texts made one at a time (an embedder with `embed_chunks`, as the
+    hashing one has: the same vectors as one call); each block is checked like `embed`'s output."""
+    texts = list(texts)
+    for start, block in zip(range(0, len(texts), size), emb.embed_chunks(texts, size)):
+        yield check_vectors(block, dim=emb.dim, n=len(texts[start : start + size]),
+                            what=f"output of embedder {emb.embedder_id!r}")
 
 
 def given_vector(emb: Embedder | None, embedding: Any, embedder_id: str | None) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import Counter
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -143,13 +143,28 @@ class HashingEmbedder:
         tables; a batch gathers them with numpy, sums the counts per (text, feature),
         damps them with log1p and scatters them into the rows.
         """
-        n = len(texts)
+        self._bound_cache()
+        return self._embed(texts)
+
+    def embed_chunks(self, texts: Sequence[str], size: int) -> Iterator[np.ndarray]:
+        """`embed(texts)` in consecutive blocks of `size` rows, each made when asked for: the
+        same vectors as one call (rows are independent, and the caches are bounded once, up
+        front, as one call does), so a caller can write one block while the next is made."""
+        self._bound_cache()
+        for start in range(0, len(texts), max(1, size)):
+            yield self._embed(texts[start : start + size])
+
+    def _bound_cache(self) -> None:
         with self._lock:
             if len(self._terms) > self._cache_limit:  # bound the memory of a long-lived embedder
                 for table in (self._terms, self._fid, self._cols, self._signs, self._term_off, self._term_len,
                               self._feat_ids, self._feat_amt, self._arrays):
                     table.clear()
                 self._n_feat_entries = 0
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        n = len(texts)
+        with self._lock:
             known, register = self._terms, self._term_id
             docs = [term_tuple(t) for t in texts]
             flat = [t for d in docs for t in d]

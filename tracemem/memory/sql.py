@@ -24,7 +24,7 @@ from .fingerprint import Fingerprint
 from ..dbmeta import META_DDL
 from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
-__all__ = ["transaction", "bulk_wal", "insert_records", "insert_events", "fetch_records", "load_live",
+__all__ = ["transaction", "bulk_wal", "insert_records", "records_table", "insert_table", "insert_events", "fetch_records", "load_live",
            "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "event_json", "SHARED"]
 
 SHARED = False  # one process writes a DuckDB file: its index is the truth (see memory/shared.py)
@@ -123,8 +123,18 @@ def insert_records(con: duckdb.DuckDBPyConnection, recs: Sequence[tuple[Any, ...
     """
     if not recs:
         return []
+    return insert_table(con, _arrow_records(recs, vecs, dim))
+
+
+def records_table(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim: int | None) -> pa.Table:
+    """The Arrow table `insert_records` writes (built apart, so a bulk insert can build the next while one is written)."""
+    return _arrow_records(recs, vecs, dim)
+
+
+def insert_table(con: duckdb.DuckDBPyConnection, table: pa.Table) -> list[tuple[str, Fingerprint, int]]:
+    """Insert a `records_table`; returns what its rows add to the table's fingerprint."""
     name = f"_tracemem_mem_{next(_names)}"
-    con.register(name, _arrow_records(recs, vecs, dim))
+    con.register(name, table)
     try:
         con.execute(f"INSERT INTO memories ({_COLS}, embedding) SELECT {_COLS}, embedding FROM {name}")
         return [(s, fp, +1) for s, fp in fingerprint.of_relation(con, name).items()]
