@@ -137,7 +137,8 @@ class Memory:
             if "subject" not in item or "text" not in item:
                 raise MemoryInputError(f"each item needs 'subject' and 'text', got keys {sorted(item)}")
             pairs.append((item.pop("subject"), item))
-        return self._remember(pairs, run_id=run_id, given=None)
+        with bulk.cyclic_gc_paused(len(pairs)):
+            return self._remember(pairs, run_id=run_id, given=None)
 
     def _remember(self, pairs: list[tuple[str, dict[str, Any]]], *, run_id: str | None,
                   given: np.ndarray | None) -> list[MemoryRecord]:

@@ -13,17 +13,21 @@ gives (tests compare them on awkward values).
 
 from __future__ import annotations
 
+import gc
 import json
+from contextlib import contextmanager
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .errors import MemoryInputError
 from .records import MemoryRecord, as_tags, check_fields, check_subject, check_window
 from .tables import MEMORY_COLUMNS
 from ..ids import new_id
 
-__all__ = ["ALLOWED_FIELDS", "new_records", "rows_of", "EventJSON"]
+__all__ = ["ALLOWED_FIELDS", "new_records", "rows_of", "EventJSON", "cyclic_gc_paused", "GC_PAUSE_ROWS"]
+
+GC_PAUSE_ROWS = 1_000
 
 # What an item of remember_many may hold besides its subject.
 ALLOWED_FIELDS = frozenset({"text", "tags", "confidence", "valid_from", "valid_until", "source_run_id",
@@ -98,3 +102,24 @@ class EventJSON:
         head, rest = text.split(mid)
         middle, tail = rest.split(txt)
         return head, middle, tail
+
+
+@contextmanager
+def cyclic_gc_paused(rows: int) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while `rows` (>= GC_PAUSE_ROWS) records are written.
+
+    Why: a batch of 5,000 allocates some 50,000 short-lived containers (items, records,
+    rows, events), which set off ~70 collections per batch, and every few batches a full
+    one that walks the whole index; together about a tenth of a bulk insert's time.
+    Reference counting still frees all of them as usual; only the search for reference
+    cycles waits until the batch is written. The collector's previous state comes back
+    (a caller that disabled it keeps it disabled).
+    """
+    if rows < GC_PAUSE_ROWS or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
