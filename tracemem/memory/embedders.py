@@ -80,7 +80,8 @@ class HashingEmbedder:
         self._cols: list[int] = []  # feature id -> column
         self._signs: list[float] = []  # feature id -> sign
         self._n_feat_entries = 0
-        self._arrays: list[np.ndarray] = []  # the tables above as arrays (see _tables)
+        self._arrays: list[np.ndarray] = []  # the tables above as arrays, with room to grow (see _tables)
+        self._used: list[int] = []  # how much of each array is filled
         self._cache_limit = 200_000
 
     def features(self, text: str) -> Counter[str]:
@@ -129,12 +130,21 @@ class HashingEmbedder:
         """The flat tables as arrays: the lists hold only entries added since the last call."""
         names = ("_term_off", "_term_len", "_feat_ids", "_feat_amt", "_cols", "_signs")
         kinds = (np.int64, np.int64, np.int64, np.float64, np.int64, np.float64)
-        if len(self._arrays) != len(names) or any(len(getattr(self, n)) for n in names):
-            old = self._arrays or [np.zeros(0, k) for k in kinds]
-            self._arrays = [np.concatenate([a, np.asarray(getattr(self, n), k)]) for a, n, k in zip(old, names, kinds)]
-            for n in names:
-                getattr(self, n).clear()
-        return tuple(self._arrays)
+        if len(self._arrays) != len(names):  # new, or emptied by the cache bound
+            self._arrays[:] = [np.zeros(1024, k) for k in kinds]
+            self._used = [0] * len(names)
+        for i, name in enumerate(names):
+            new = getattr(self, name)
+            if new:  # append in place, doubling the capacity when full (no copy of the whole table per batch)
+                end = self._used[i] + len(new)
+                if end > len(self._arrays[i]):
+                    grown = np.zeros(max(end, 2 * len(self._arrays[i])), kinds[i])
+                    grown[: self._used[i]] = self._arrays[i][: self._used[i]]
+                    self._arrays[i] = grown
+                self._arrays[i][self._used[i] : end] = np.asarray(new, kinds[i])
+                self._used[i] = end
+                new.clear()
+        return tuple(a[:u] for a, u in zip(self._arrays, self._used))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts as L2-normalized float32 rows (n, dim): same text, same vector, always.
