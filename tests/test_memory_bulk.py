@@ -162,3 +162,22 @@ def test_overlapped_remember_many_is_all_or_nothing(con: duckdb.DuckDBPyConnecti
     with pytest.raises(MemoryInputError, match="unknown memory fields"):
         mem.remember_many(bad)
     assert con.execute("SELECT count(*) FROM memories").fetchone() == (1,)
+
+
+def test_an_index_failure_during_the_commit_drops_the_index_not_the_rows(con: duckdb.DuckDBPyConnection,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracemem.memory.index import VectorIndex
+
+    mem = Memory(con, threading.RLock(), clock=lambda: T0)
+    mem.remember("u", "kept before")
+    real = VectorIndex.add_many
+
+    def broken(self: VectorIndex, *args: Any) -> None:
+        raise RuntimeError("index broke")
+
+    monkeypatch.setattr(VectorIndex, "add_many", broken)
+    with pytest.raises(RuntimeError, match="index broke"):
+        mem.remember_many(items(MIN_ROWS))
+    monkeypatch.setattr(VectorIndex, "add_many", real)
+    assert con.execute("SELECT count(*) FROM memories").fetchone() == (MIN_ROWS + 1,)  # committed, as before
+    assert mem.index_is_current() and mem.shard("u").live_count() == 1 + MIN_ROWS // 2

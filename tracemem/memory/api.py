@@ -153,13 +153,14 @@ class Memory:
         vecs = given if given is not None or overlapped else binding.embed(self.embedder, [r.text for r in recs])
         with self.lock:
             index = self._loaded()
+            if overlapped:  # DuckDB inserts and commits while Python embeds and indexes (overlap.py)
+                with self.sql.bulk_wal(self.con, len(recs)):
+                    overlap.remember_overlapped(self.con, self.embedder, recs, events, index, self._cache)
+                return recs
             with self.sql.bulk_wal(self.con, len(recs)), self.sql.transaction(self.con):
-                if overlapped:  # DuckDB writes one block while the next is embedded (overlap.py)
-                    added, rows, vecs = overlap.write_overlapped(self.con, self.embedder, recs, events)
-                else:
-                    rows = bulk.rows_of(recs)
-                    added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
-                    self.sql.insert_events(self.con, events())
+                rows = bulk.rows_of(recs)
+                added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
+                self.sql.insert_events(self.con, events())
                 if vecs is not None:
                     binding.bind(self.con, self.embedder)
             self._cache.note(added)

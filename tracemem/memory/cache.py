@@ -160,6 +160,10 @@ class IndexCache:
         return built.shards
 
     # -- keeping in step ------------------------------------------------------------------
+    def invalidate(self) -> None:
+        """Drop the in-process index (it may hold rows a failed commit never wrote): the next use re-opens it."""
+        self.index = None
+
     def note(self, *parts: Iterable[tuple[str, Fingerprint, int]]) -> None:
         """Apply fingerprint changes of rows written through the Memory (see fingerprint.combine)."""
         fingerprint.combine(self.fp, *parts)
