@@ -23,9 +23,9 @@ T0 = datetime(2025, 1, 1, 12, 0, 0)
 
 
 def corpus() -> list[str]:
-    vocab = ["paint", "painting", "painted", "sunrise", "cello", "jazz", "Café’s", "don't", "rock'n'roll", "naïve",
-             "x", "the", "a", "running", "stories", "42", "b2b", "PAINTINGS", "ünïcode", "😀", "tab\tsep", "dash-ed",
-             "under_score"]
+    vocab = ["paint", "painting", "painted", "sunrise", "cello", "jazz", "Café’s", "don't", "rock'n'roll",
+             "naïve", "x", "the", "a", "running", "stories", "42", "b2b", "PAINTINGS", "ünïcode", "😀", "tab\tsep",
+             "dash-ed", "under_score"]
     out = [" ".join(vocab[(i * 31 + j * 17) % len(vocab)] for j in range(1 + (i * 7919) % 13)) for i in range(3000)]
     return out + ["", "   ", "the of a"]
 
@@ -76,7 +76,8 @@ def record(**fields: Any) -> MemoryRecord:
 
 def test_event_json_is_the_reference_text() -> None:
     sentinel = "\x00tracemem-bulk-text\x00"
-    recs = [record(), record(text="Café’s \"quoted\" \\ \n 😀 \ud7ff"), record(confidence=-0.0), record(confidence=0.0),
+    recs = [record(), record(text="Café’s \"quoted\" \\ \n 😀 \ud7ff"), record(confidence=-0.0),
+            record(confidence=0.0),
             record(confidence=33.3, tags=("a", "b é"), review_state="stale"),
             record(valid_from=datetime(2024, 1, 1, 0, 0, 0, 1), valid_until=datetime(2030, 1, 1)),
             record(source_run_id="r", source_step=3, source_ref="ref \u2028"), record(text=sentinel),

@@ -24,8 +24,9 @@ from .fingerprint import Fingerprint
 from ..dbmeta import META_DDL
 from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
-__all__ = ["transaction", "bulk_wal", "insert_records", "records_table", "insert_table", "insert_events", "fetch_records", "load_live",
-           "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta", "ensure_tables", "event_json", "SHARED"]
+__all__ = ["transaction", "bulk_wal", "insert_records", "records_table", "insert_table", "insert_events",
+           "fetch_records", "load_live", "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta",
+           "ensure_tables", "event_json", "SHARED"]
 
 SHARED = False  # one process writes a DuckDB file: its index is the truth (see memory/shared.py)
 
@@ -131,7 +132,7 @@ def insert_records(con: duckdb.DuckDBPyConnection, recs: Sequence[tuple[Any, ...
 
 
 def records_table(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim: int | None) -> pa.Table:
-    """The Arrow table `insert_records` writes (built apart, so a bulk insert can build the next while one is written)."""
+    """The Arrow table `insert_records` writes (built apart: a bulk insert builds the next while one is written)."""
     return _arrow_records(recs, vecs, dim)
 
 
