@@ -386,12 +386,13 @@ class Memory:
                 if shard is None or not shard.n:
                     return result
             assert records is not None
-            scan = shard.vecs.mode() if shard.vecs is not None and mode == "semantic" else None
+            scan = ranking.scan or (shard.vecs.mode() if shard.vecs is not None and mode == "semantic" else None)
             scan_recall = shard.vecs.int8_recall if scan == "int8" and shard.vecs is not None else None
             excluded = [Exclusion(memory_id=shard.id_at(r), reason=why, detail=d)  # type: ignore[arg-type]
                         for r, why, d in ranking.exclusions]
         return result.model_copy(update=dict(
-            scan=scan, scan_recall=scan_recall, records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
+            scan=scan, scan_recall=scan_recall, count_estimated=bool(ranking.sample), total_lexical=ranking.total_lexical,
+            count_sample=ranking.sample, records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
             excluded_flagged=ranking.counts["flagged"], excluded_below_floor=ranking.counts["below_floor"],
             excluded_out_of_window=ranking.counts["out_of_window"]))
 

@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
+from .pruned import rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
@@ -77,8 +78,11 @@ class SearchResult(BaseModel):
     total_before_filter: int = 0
     cut_by_limit: int = 0
     excluded: list[Exclusion] = []
-    scan: Literal["float32", "int8"] | None = None  # how vectors were scanned (None: no vector search ran)
+    scan: Literal["float32", "int8", "pruned"] | None = None  # how vectors were scanned (None: no vector search ran)
     scan_recall: float | None = None  # int8 only: top-10 recall vs float32, measured when the index was saved
+    count_estimated: bool = False  # pruned: vector-only matches estimated from a sample (see memory/pruned.py)
+    total_lexical: int | None = None  # pruned: the matches that share a query term (counted exactly)
+    count_sample: int | None = None  # pruned: how many of the shard file's rows the estimate sampled
 
     @property
     def excluded_total(self) -> int:
@@ -111,6 +115,11 @@ class SearchResult(BaseModel):
             lines.append(f"literal search (BM25) for subject {self.subject!r}")
         if self.no_match:
             lines.append("no match: no record of this subject matches the query")
+        elif self.count_estimated:
+            lines.append(f"{len(self.records)} returned of about {self.total_before_filter} matching: "
+                         f"{self.total_lexical} share a query term (counted exactly), about "
+                         f"{self.total_before_filter - (self.total_lexical or 0)} more by vector similarity alone "
+                         f"(estimated from {self.count_sample} sampled records)")
         else:
             lines.append(f"{len(self.records)} returned of {self.total_before_filter} matching"
                          + (f" ({self.cut_by_limit} beyond the limit)" if self.cut_by_limit else ""))
@@ -121,6 +130,9 @@ class SearchResult(BaseModel):
             measured = (f"top-10 recall {self.scan_recall:.3f} against a float32 scan, measured when the index "
                         f"was saved" if self.scan_recall is not None else "recall against float32 not measured yet")
             lines.append(f"approximate vector scan (int8, best candidates re-scored in float32): {measured}")
+        if self.scan == "pruned":
+            lines.append("float32 similarities only for the records whose BM25 part or int8 bound lets them reach "
+                         "the top: the same ranking and filters as a float32 scan of every record")
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return "\n".join(lines)
@@ -138,6 +150,9 @@ class Ranking:
     cut: int = 0
     exclusions: list[tuple[int, str, str]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"flagged": 0, "below_floor": 0, "out_of_window": 0})
+    scan: str | None = None  # "pruned" when rank_pruned ranked (else the vectors' scan mode applies)
+    total_lexical: int | None = None
+    sample: int | None = None
 
 
 def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -> dict[int, float]:
@@ -198,6 +213,10 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     lex = shard.lex.score(qtids, n)
     if shard.n_dead:
         lex[~alive] = 0.0
+    if query_vec is not None and limit is not None and shard.vecs is not None and shard.vecs.mode() == "int8":
+        pruned = _pruned(shard, lex, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
+        if pruned is not None:
+            return pruned
     sim: np.ndarray | None = None
     approximate = False
     if query_vec is not None:
@@ -260,6 +279,26 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     # best first; ties go to the newer record (higher row)
     order = np.lexsort((-keep, -score[keep]))
     out.rows = keep[order]
+    return out
+
+
+def _pruned(shard: Shard, lex: np.ndarray, qtids: list[int], query_vec: np.ndarray, lexical_weight: float,
+            min_similarity: float, recall: bool, floor: float, now: datetime, limit: int) -> Ranking | None:
+    """rank_pruned's answer as a Ranking (None: its bounds did not close; scan every vector instead)."""
+    got = rank_pruned(shard, lex, query_vec, lexical_weight=lexical_weight, min_similarity=min_similarity,
+                      recall=recall, floor=floor, now_us=to_micros(now, 0), limit=limit, prf_docs=PRF_DOCS,
+                      feedback=lambda top: _feedback_terms(shard, top, qtids))
+    if got is None:
+        return None
+    n = shard.n
+    out = Ranking(rows=got.rows, score=np.zeros(n), lexical=np.zeros(n), similarity=np.zeros(n, dtype=np.float32),
+                  total=got.total, scan="pruned", total_lexical=got.total_lexical, sample=got.sample)
+    for row, reason in got.exclusions:
+        out.counts[reason] += 1
+        out.exclusions.append((row, reason, _detail(shard, row, reason, floor)))
+    for row in got.rows.tolist():
+        out.score[row], out.lexical[row], out.similarity[row] = got.score[row], got.lexical[row], got.similarity[row]  # type: ignore[index]
+    out.cut = max(0, got.total - len(got.exclusions) - len(got.rows))
     return out
 
 
