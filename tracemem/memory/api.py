@@ -334,7 +334,8 @@ class Memory:
 
     # -- search ----------------------------------------------------------------------------
     def _fetch(self, ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        return self.sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
+        # `= ANY(list)`: DuckDB turns a long IN list into a hash join over every row (about twice the time at 1M)
+        return self.sql.fetch_records(self.con, "memory_id = ANY(?::VARCHAR[])", [list(ids)]) if ids else []
 
     def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
                limit: int | None = 10, now: datetime | None = None) -> SearchResult:

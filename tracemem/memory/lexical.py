@@ -71,6 +71,7 @@ class LexicalIndex:
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._sat: dict[int, tuple[float, np.ndarray]] = {}
         self._sat_size = 0
+        self._sat_max: dict[int, tuple[float, int, float]] = {}
         self._n_rows = self._n_base_rows
         self._n_alive = self._n_base_rows
         self._total_len = float(self._len[: self._n_rows].sum())
@@ -175,19 +176,39 @@ class LexicalIndex:
     def score(self, tids: Iterable[int], n_rows: int, weights: Mapping[int, float] | None = None) -> np.ndarray:
         """BM25 score of every row for the term ids (each distinct term counted once)."""
         out = np.zeros(n_rows, dtype=np.float64)
-        if self._n_alive <= 0:
-            return out
-        avg = max(self._total_len / self._n_alive, 1e-9)
         for tid in dict.fromkeys(tids):
-            if self._df[tid] <= 0:
-                continue
-            rows, tf = self._postings(tid)
-            if len(rows) and rows[-1] >= n_rows:
-                keep = rows < n_rows
-                rows, tf = rows[keep], tf[keep]
-            w = self.idf(tid) * (weights.get(tid, 1.0) if weights else 1.0)
-            out[rows] += w * self._saturation(tid, rows, tf, avg)
+            got = self.weighted_postings(tid, n_rows, weights.get(tid, 1.0) if weights else 1.0)
+            if got is not None:
+                rows, sat, w = got
+                out[rows] += w * sat
         return out
+
+    def weighted_postings(self, tid: int, n_rows: int, weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The rows below `n_rows` holding a term, their saturations and the term's weight (idf * `weight`).
+
+        A row's score from the term is `w * sat` exactly as `score` adds it; None when
+        no live row holds the term.
+        """
+        if self._n_alive <= 0 or self._df[tid] <= 0:
+            return None
+        avg = max(self._total_len / self._n_alive, 1e-9)
+        rows, tf = self._postings(tid)
+        if len(rows) and rows[-1] >= n_rows:
+            keep = rows < n_rows
+            rows, tf = rows[keep], tf[keep]
+        return rows, self._saturation(tid, rows, tf, avg), self.idf(tid) * weight
+
+    def saturation_max(self, tid: int, sat: np.ndarray) -> float:
+        """The largest of a term's saturations (`sat` as weighted_postings gave it), cached while they hold."""
+        hit = self._sat_max.get(tid)
+        avg = max(self._total_len / self._n_alive, 1e-9) if self._n_alive > 0 else 0.0
+        if hit is None or hit[0] != avg or hit[1] != len(sat):
+            hit = self._sat_max[tid] = (avg, len(sat), float(sat.max()) if len(sat) else 0.0)
+        return hit[2]
+
+    def df(self, tid: int) -> int:
+        """How many live rows hold the term."""
+        return int(self._df[tid])
 
     def _saturation(self, tid: int, rows: np.ndarray, tf: np.ndarray, avg: float) -> np.ndarray:
         """tf (k1 + 1) / (tf + k1 (1 - b + b len / avg)) of a term's postings, cached while avg holds."""

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, Shard
+from .maxscore import QueryScores
 from .vectors import RERANK, int8_kernel, query_codes
 
 __all__ = ["Pruned", "rank_pruned", "SAMPLE_ROWS"]
@@ -102,57 +103,36 @@ class _Cosines:
         return lo, hi
 
 
-def _above(score: np.ndarray, best: float, need: int) -> np.ndarray:
-    """Rows with the highest `score`: at least `need` of them when that many are positive (ascending rows)."""
-    for frac in (0.9, 0.6, 0.3):
-        rows = np.flatnonzero(score >= frac * best)
-        if len(rows) >= need:
-            return rows
-    return np.flatnonzero(score > 0)
-
-
-def _top(score: np.ndarray, best: float, k: int, cos: _Cosines, w: float, is_candidate: Callable[[np.ndarray], np.ndarray],
-         excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _top(scores: QueryScores, best: float, k: int, cos: _Cosines, w: float,
+         is_candidate: Callable[[np.ndarray], np.ndarray], excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The k best candidates by `w * score / best + (1 - w) * cos` (ties to the higher row), with their fused scores.
 
-    `score` is the BM25 part of every row (0: no query term). None when the bounds
-    cannot prove the answer without every cosine.
+    None when the bounds cannot prove the answer without every cosine.
     """
-    first = _above(score, best, k + RERANK)
-    if len(first) > 4 * (k + RERANK):
-        first = first[np.argpartition(-score[first], k + RERANK - 1)[: k + RERANK]]
-    first = first[~np.isin(first, excluded)]
-    first = first[is_candidate(first)]
+    first, values = scores.highest(k + RERANK)
+    keep = ~np.isin(first, excluded)
+    first, values = first[keep], values[keep]
+    keep = is_candidate(first)
+    first, values = first[keep], values[keep]
     if len(first) < k:
         return None
-    fused = w * (score[first] / best) + (1.0 - w) * cos.exact(first)
+    fused = w * (values / best) + (1.0 - w) * cos.exact(first)
     theta = float(np.partition(fused, len(fused) - k)[len(fused) - k])  # a lower bound of the k-th best
     if theta <= (1.0 - w) + _SLACK:  # a record sharing no query term could still make the top k
         return None
-    need = (theta - (1.0 - w) - _SLACK) * best / w
-    pool = np.flatnonzero(score >= need)
-    pool = pool[~np.isin(pool, excluded)]
-    lo, hi = cos.bounds(pool)
-    part = w * (score[pool] / best)
-    open_ = part + (1.0 - w) * hi >= theta - _SLACK
-    pool = pool[open_]
-    pool = pool[is_candidate(pool)]
-    fused = w * (score[pool] / best) + (1.0 - w) * cos.exact(pool)
+    pool, values = scores.at_least((theta - (1.0 - w) - _SLACK) * best / w)
+    keep = ~np.isin(pool, excluded)
+    pool, values = pool[keep], values[keep]
+    _, hi = cos.bounds(pool)
+    keep = w * (values / best) + (1.0 - w) * hi >= theta - _SLACK
+    pool, values = pool[keep], values[keep]
+    keep = is_candidate(pool)
+    pool, values = pool[keep], values[keep]
     if len(pool) < k:
         return None
+    fused = w * (values / best) + (1.0 - w) * cos.exact(pool)
     order = np.lexsort((-pool, -fused))[:k]
     return pool[order], fused[order]
-
-
-def _best_match(score: np.ndarray, matches: Callable[[np.ndarray], np.ndarray]) -> float:
-    """The highest score among rows that match (0 when none does)."""
-    top = float(score.max())
-    for frac in (0.9, 0.6, 0.3, 0.0):
-        rows = np.flatnonzero(score > frac * top)
-        rows = rows[matches(rows)]
-        if len(rows):
-            return float(score[rows].max())
-    return 0.0
 
 
 def _specials(shard: Shard, floor: float) -> np.ndarray:
@@ -183,73 +163,72 @@ def _sample(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return memo["sample"]
 
 
-def _vector_only(shard: Shard, lex: np.ndarray, cos: _Cosines, min_similarity: float) -> tuple[float, int]:
-    """Estimated count of live rows matching by vector alone (no query term), and the sample size."""
+def _vector_only(shard: Shard, lexical: Callable[[np.ndarray], np.ndarray], cos: _Cosines,
+                 min_similarity: float) -> tuple[float, int]:
+    """Estimated count of live rows matching by vector alone (`lexical`: which rows are lexical matches), and the sample size."""
     vecs = shard.vecs
     assert vecs is not None
     rows, codes, scales = _sample(shard)
     kernel = int8_kernel()
     assert kernel is not None
     est = kernel(codes, cos.q8) * (scales * np.float32(cos.sq))
-    hit = (est >= min_similarity) & (lex[rows] == 0) & shard.alive[rows] & shard.has_vec[rows]
+    hit = (est >= min_similarity) & ~lexical(rows) & shard.alive[rows] & shard.has_vec[rows]
     count = float(np.count_nonzero(hit)) * vecs.n_base / max(len(rows), 1)
     if vecs.n_tail:  # rows added since the file was loaded: in memory, float32, counted exactly
-        lo = vecs.n_base
+        lo, n = vecs.n_base, shard.n
         tail = vecs.tail[: vecs.n_tail] @ cos.query
-        ok = (tail >= min_similarity) & (lex[lo:] == 0) & shard.alive[lo : shard.n] & shard.has_vec[lo : shard.n]
+        others = ~lexical(np.arange(lo, n))
+        ok = (tail >= min_similarity) & others & shard.alive[lo:n] & shard.has_vec[lo:n]
         count += float(np.count_nonzero(ok))
     return count, len(rows)
 
 
-def rank_pruned(shard: Shard, lex: np.ndarray, query: np.ndarray, *, lexical_weight: float, min_similarity: float,
+def rank_pruned(shard: Shard, qtids: list[int], query: np.ndarray, *, lexical_weight: float, min_similarity: float,
                 recall: bool, floor: float, now_us: int, limit: int, prf_docs: int,
                 feedback: Callable[[np.ndarray], dict[int, float]]) -> Pruned | None:
     """Rank a big shard's rows exactly without every cosine (None: the bounds do not close, scan instead).
 
-    `lex` is the BM25 score of every row (0 for dead rows); `feedback(top_rows)` gives
-    the pseudo-relevance feedback terms and weights, as rank_shard chooses them.
+    `feedback(top_rows)` gives the pseudo-relevance feedback terms and weights, as
+    rank_shard chooses them.
     """
     w = lexical_weight
     if not 0 < w < 1 or shard.vecs is None or int8_kernel() is None:
         return None
-    n_lex = int(np.count_nonzero(lex))
-    if not n_lex:
+    scores = QueryScores(shard.lex, shard.n, qtids, shard.alive, shard.n_dead, shard.memo)
+    if not scores.matched:
         return None
+    lexical = scores.is_lexical
     cos = _Cosines(shard, query)
-    alive = shard.alive
+    none = np.zeros(0, dtype=np.int64)
 
     def lexical_only(rows: np.ndarray) -> np.ndarray:
         return np.ones(len(rows), dtype=bool)
 
-    none = np.zeros(0, dtype=np.int64)
-    top = _top(lex, float(lex.max()), prf_docs, cos, w, lexical_only, none)
+    best = float(scores.highest(1)[1][0])
+    top = _top(scores, best, prf_docs, cos, w, lexical_only, none)
     if top is None:
         return None
     extra = feedback(top[0])
-    score = lex
     if extra:
-        score = lex + shard.lex.score(extra.keys(), shard.n, extra)
-        if shard.n_dead:
-            score[~alive[: shard.n]] = 0.0
+        scores.add_feedback(extra)
 
     def matches(rows: np.ndarray) -> np.ndarray:
         """Lexical matches, and rows that only feedback terms reach whose cosine is high enough."""
-        ok = lex[rows] > 0
+        ok = lexical(rows)
         if not ok.all():
             other = rows[~ok]
             ok[~ok] = (cos.exact(other) >= min_similarity) & cos.has_vec[other]
         return ok
 
-    best = _best_match(score, matches)
-    if best <= 0:
-        return None
+    if extra:  # the best score among matches: the best lexical match scores at least `best` now
+        rows, values = scores.at_least(best)
+        best = float(values[matches(rows)].max())
 
-    out = Pruned(rows=none, score={}, lexical={}, similarity={}, total=0, total_lexical=n_lex, sample=0)
+    out = Pruned(rows=none, score={}, lexical={}, similarity={}, total=0, total_lexical=scores.matched, sample=0)
     excluded = none
     if recall:
         special = _specials(shard, floor)
-        vector_side = special[lex[special] == 0]
-        if len(vector_side) > 20_000:  # too many to check one by one: scan instead
+        if np.count_nonzero(~lexical(special)) > 20_000:  # too many to check one by one: scan instead
             return None
         special = special[matches(special)]
         flagged = FLAGGED_CODE[shard.review[special]]
@@ -258,15 +237,15 @@ def rank_pruned(shard: Shard, lex: np.ndarray, query: np.ndarray, *, lexical_wei
         for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
             out.exclusions.extend((int(r), reason) for r in special[mask].tolist())
         excluded = np.sort(special[flagged | low | window])
-    chosen = _top(score, best, limit, cos, w, matches, excluded)
+    chosen = _top(scores, best, limit, cos, w, matches, excluded)
     if chosen is None:
         return None
     rows, fused = chosen
-    vec_only, out.sample = _vector_only(shard, lex, cos, min_similarity)
-    out.total = n_lex + int(round(vec_only))
+    vec_only, out.sample = _vector_only(shard, lexical, cos, min_similarity)
+    out.total = scores.matched + int(round(vec_only))
     sims = cos.exact(rows)
+    lexical_values = scores.exact(rows)
     out.rows = rows
-    for r, f, s in zip(rows.tolist(), fused.tolist(), sims.tolist()):
-        out.score[r], out.lexical[r], out.similarity[r] = f, float(score[r]), s
+    for r, f, s, lv in zip(rows.tolist(), fused.tolist(), sims.tolist(), lexical_values.tolist()):
+        out.score[r], out.lexical[r], out.similarity[r] = f, lv, s
     return out
-

@@ -210,13 +210,13 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     n = shard.n
     alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
+    if query_vec is not None and limit is not None and shard.vecs is not None and shard.vecs.mode() == "int8":
+        pruned = _pruned(shard, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
+        if pruned is not None:
+            return pruned
     lex = shard.lex.score(qtids, n)
     if shard.n_dead:
         lex[~alive] = 0.0
-    if query_vec is not None and limit is not None and shard.vecs is not None and shard.vecs.mode() == "int8":
-        pruned = _pruned(shard, lex, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
-        if pruned is not None:
-            return pruned
     sim: np.ndarray | None = None
     approximate = False
     if query_vec is not None:
@@ -282,10 +282,10 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     return out
 
 
-def _pruned(shard: Shard, lex: np.ndarray, qtids: list[int], query_vec: np.ndarray, lexical_weight: float,
+def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray, lexical_weight: float,
             min_similarity: float, recall: bool, floor: float, now: datetime, limit: int) -> Ranking | None:
     """rank_pruned's answer as a Ranking (None: its bounds did not close; scan every vector instead)."""
-    got = rank_pruned(shard, lex, query_vec, lexical_weight=lexical_weight, min_similarity=min_similarity,
+    got = rank_pruned(shard, qtids, query_vec, lexical_weight=lexical_weight, min_similarity=min_similarity,
                       recall=recall, floor=floor, now_us=to_micros(now, 0), limit=limit, prf_docs=PRF_DOCS,
                       feedback=lambda top: _feedback_terms(shard, top, qtids))
     if got is None:
