@@ -119,11 +119,26 @@ class QueryScores:
             self.common_bits = bits.copy() if self.common_bits is None else self.common_bits | bits
         if self.common_bits is not None and self.alive is not None:
             self.common_bits &= np.packbits(self.alive)
-        self.rows, self.partial = self._live(*_sparse_sum([self.query.rare]))
+        self._set(*self._live(*_sparse_sum([self.query.rare])))
         self.rare_rows = self.rows  # live rows holding a rare query term
         in_common = 0 if self.common_bits is None else int(np.bitwise_count(self.common_bits).sum())
         outside = len(self.rows) if self.common_bits is None else int(np.count_nonzero(~has_bit(self.common_bits, self.rows)))
         self.matched = in_common + outside  # live rows holding a query term: the lexical matches
+
+    def _set(self, rows: np.ndarray, partial: np.ndarray) -> None:
+        """The candidate rows (ascending), their partial scores, and room for their exact scores."""
+        self.rows, self.partial = rows, partial
+        self._known = np.full(len(rows), np.nan)
+
+    def _exact_at(self, idx: np.ndarray) -> np.ndarray:
+        """Exact scores of the candidates at positions `idx` of `rows`, each computed once."""
+        if self.dense is not None:
+            return self.partial[idx]  # q + e of every row: what exact() gives
+        known = self._known[idx]
+        missing = np.isnan(known)
+        if missing.any():
+            known[missing] = self._known[idx[missing]] = self.exact(self.rows[idx[missing]])
+        return known
 
     def _live(self, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.alive is None or not len(rows):
@@ -154,10 +169,10 @@ class QueryScores:
         self.feedback = weights
         if self.dense is not None:
             self.dense = (self.dense[0], self._dense_of(list(weights), weights))
-            self.rows, self.partial = self._dense_rows(0.0)
+            self._set(*self._dense_rows(0.0))
             return
         self.extra = TermScores(self.lex, self.n, list(weights), weights)
-        self.rows, self.partial = self._live(*_sparse_sum([self.query.rare, self.extra.rare]))
+        self._set(*self._live(*_sparse_sum([self.query.rare, self.extra.rare])))
 
     def _dense_of(self, tids: list[int], weights: dict[int, float] | None) -> np.ndarray:
         out = self.lex.score(tids, self.n, weights)
@@ -176,7 +191,7 @@ class QueryScores:
         """Score every row (every term, as LexicalIndex.score); keep the rows above `low` as the candidates."""
         q = self._dense_of(self.qtids, None)
         self.dense = (q, self._dense_of(list(self.feedback), self.feedback) if self.feedback else None)
-        self.rows, self.partial = self._dense_rows(low)
+        self._set(*self._dense_rows(low))
 
     def slack(self) -> float:
         return 0.0 if self.dense is not None else self.query.slack + (self.extra.slack if self.extra else 0.0)
@@ -186,6 +201,11 @@ class QueryScores:
         if self.dense is not None:
             q, e = self.dense
             return q[rows] if e is None else q[rows] + e[rows]
+        if self.extra is None and not self.query.common and len(self.rows):
+            # every term is summed per row, in score()'s order (a stable sort keeps it): the same float64
+            at = np.searchsorted(self.rows, rows)
+            at[at == len(self.rows)] = 0
+            return np.where(self.rows[at] == rows, self.partial[at], 0.0)
         got = self.query.exact(rows)
         return got if self.extra is None else got + self.extra.exact(rows)
 
@@ -193,14 +213,13 @@ class QueryScores:
         """Every live row scoring at least `x` (> 0), ascending, with its score."""
         if self.dense is None and x - self.slack() <= _tol(x):
             self._go_dense(0.0)
-        low = x - self.slack() - _tol(x)
-        rows = self.rows[self.partial >= low]
-        if self.dense is None and len(rows) > DENSE_ROWS:
+        idx = np.flatnonzero(self.partial >= x - self.slack() - _tol(x))
+        if self.dense is None and len(idx) > DENSE_ROWS:
             self._go_dense(0.0)
-            rows = self.rows[self.partial >= x - _tol(x)]
-        values = self.exact(rows)
+            idx = np.flatnonzero(self.partial >= x - _tol(x))
+        values = self._exact_at(idx)
         keep = values >= x
-        return rows[keep], values[keep]
+        return self.rows[idx[keep]], values[keep]
 
     def highest(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The `count` live rows with the highest scores (fewer if fewer score), best first by score."""
@@ -211,9 +230,10 @@ class QueryScores:
             self._go_dense(0.0)
         if not len(self.rows):
             return _NONE, np.zeros(0)
-        kth = float(np.partition(self.partial, max(len(self.partial) - count, 0))[max(len(self.partial) - count, 0)])
-        near = self.rows[self.partial >= kth - _tol(kth)]
-        return _best_first(near, self.exact(near), count)
+        at = max(len(self.partial) - count, 0)
+        kth = float(np.partition(self.partial, at)[at])
+        idx = np.flatnonzero(self.partial >= kth - _tol(kth))
+        return _best_first(self.rows[idx], self._exact_at(idx), count)
 
     def _highest_bounded(self, count: int) -> tuple[np.ndarray, np.ndarray] | None:
         """highest() among the rows of the rare terms; None when a row without one could be among them."""
@@ -221,10 +241,10 @@ class QueryScores:
             return None
         kth = float(np.partition(self.partial, len(self.partial) - count)[len(self.partial) - count])
         slack = self.slack()
-        near = self.rows[self.partial >= kth - slack - _tol(kth)]
-        if len(near) > DENSE_ROWS:
+        idx = np.flatnonzero(self.partial >= kth - slack - _tol(kth))
+        if len(idx) > DENSE_ROWS:
             return None
-        rows, values = _best_first(near, self.exact(near), count)
+        rows, values = _best_first(self.rows[idx], self._exact_at(idx), count)
         if float(values[-1]) <= slack + _tol(slack):  # a row holding only common terms might beat it
             return None
         return rows, values

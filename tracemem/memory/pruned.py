@@ -37,7 +37,7 @@ from .vectors import RERANK, int8_kernel, query_codes
 
 __all__ = ["Pruned", "rank_pruned", "SAMPLE_ROWS"]
 
-SAMPLE_ROWS = 65_536  # base rows whose int8 codes estimate the count of vector-only matches
+SAMPLE_ROWS = 32_768  # base rows whose int8 codes estimate the count of vector-only matches
 _SLACK = 1e-5  # float32 rounding of cosines, added to every bound
 
 
@@ -172,7 +172,12 @@ def _vector_only(shard: Shard, lexical: Callable[[np.ndarray], np.ndarray], cos:
     kernel = int8_kernel()
     assert kernel is not None
     est = kernel(codes, cos.q8) * (scales * np.float32(cos.sq))
-    hit = (est >= min_similarity) & ~lexical(rows) & shard.alive[rows] & shard.has_vec[rows]
+    key = ("sample_live", shard.version, shard.n)
+    if shard.memo.get("sample_live_key") != key:
+        shard.memo["sample_live_key"], shard.memo["sample_live"] = key, shard.alive[rows] & shard.has_vec[rows]
+    hit = est >= min_similarity
+    hit &= shard.memo["sample_live"]
+    hit[hit] = ~lexical(rows[hit])
     count = float(np.count_nonzero(hit)) * vecs.n_base / max(len(rows), 1)
     if vecs.n_tail:  # rows added since the file was loaded: in memory, float32, counted exactly
         lo, n = vecs.n_base, shard.n
