@@ -192,7 +192,11 @@ class Shard:
 
     # -- queries -------------------------------------------------------------------------
     def indexed_count(self) -> int:
-        return int(np.count_nonzero(self.has_vec[: self.n] & self.alive[: self.n]))
+        key = (self.version, self.n)  # has_vec changes only with appended rows, alive with retired ones
+        if self.memo.get("indexed_key") != key:
+            self.memo["indexed_key"] = key
+            self.memo["indexed"] = int(np.count_nonzero(self.has_vec[: self.n] & self.alive[: self.n]))
+        return self.memo["indexed"]
 
 
 class VectorIndex:

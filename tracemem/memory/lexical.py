@@ -189,22 +189,50 @@ class LexicalIndex:
         A row's score from the term is `w * sat` exactly as `score` adds it; None when
         no live row holds the term.
         """
+        got = self.postings(tid, n_rows)
+        if got is None:
+            return None
+        rows, tf = got
+        return rows, self._saturation(tid, rows, tf, self._avg()), self.idf(tid) * weight
+
+    def postings(self, tid: int, n_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows below `n_rows` holding a term (ascending) and its counts in them; None when no live row does."""
         if self._n_alive <= 0 or self._df[tid] <= 0:
             return None
-        avg = max(self._total_len / self._n_alive, 1e-9)
         rows, tf = self._postings(tid)
         if len(rows) and rows[-1] >= n_rows:
             keep = rows < n_rows
             rows, tf = rows[keep], tf[keep]
-        return rows, self._saturation(tid, rows, tf, avg), self.idf(tid) * weight
+        return rows, tf
 
-    def saturation_max(self, tid: int, sat: np.ndarray) -> float:
-        """The largest of a term's saturations (`sat` as weighted_postings gave it), cached while they hold."""
+    def saturation(self, rows: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        """The saturations of some postings (rows and counts), each the float `score` weighs a row by (not cached)."""
+        k1, b = self.k1, self.b
+        return tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self._len[rows] / self._avg()))
+
+    def saturation_bound(self, tid: int, n_rows: int) -> float:
+        """At least the largest saturation among a term's postings below `n_rows` (cheap; cached while it holds).
+
+        Saturation grows with the count and shrinks with the length, so the term's
+        largest count in the shortest document bounds it.
+        """
+        got = self.postings(tid, n_rows)
+        if got is None:
+            return 0.0
+        rows, tf = got
+        avg = self._avg()
         hit = self._sat_max.get(tid)
-        avg = max(self._total_len / self._n_alive, 1e-9) if self._n_alive > 0 else 0.0
-        if hit is None or hit[0] != avg or hit[1] != len(sat):
-            hit = self._sat_max[tid] = (avg, len(sat), float(sat.max()) if len(sat) else 0.0)
+        if hit is None or hit[0] != avg or hit[1] != len(rows):
+            lens = self._len[:n_rows]
+            shortest = float(lens[lens > 0].min()) if len(lens) else 0.0
+            top = float(tf.max()) if len(tf) else 0.0
+            k1, b = self.k1, self.b
+            bound = top * (k1 + 1.0) / (top + k1 * (1.0 - b + b * shortest / avg)) if top > 0 else 0.0
+            hit = self._sat_max[tid] = (avg, len(rows), bound * (1.0 + 1e-12))
         return hit[2]
+
+    def _avg(self) -> float:
+        return max(self._total_len / self._n_alive, 1e-9) if self._n_alive > 0 else 1e-9
 
     def df(self, tid: int) -> int:
         """How many live rows hold the term."""
@@ -215,8 +243,7 @@ class LexicalIndex:
         hit = self._sat.get(tid)
         if hit is not None and hit[0] == avg and len(hit[1]) == len(rows):
             return hit[1]
-        k1, b = self.k1, self.b
-        sat = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self._len[rows] / avg))
+        sat = self.saturation(rows, tf)
         if self._sat_size + len(sat) > 4_000_000:  # ~32 MB: a cache, not a second index
             self._sat.clear()
             self._sat_size = 0

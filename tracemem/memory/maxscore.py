@@ -55,21 +55,27 @@ class TermScores:
 
     def __init__(self, lex: LexicalIndex, n: int, tids: Sequence[int], weights: Mapping[int, float] | None,
                  common_df: int = COMMON_DF) -> None:
-        self.n = n
-        self.terms: list[tuple[int, np.ndarray, np.ndarray, float]] = []  # in the order score() adds them
+        self.n, self.lex = n, lex
+        # in the order score() adds them: (rows, saturations or None, counts, weight); a common term's
+        # saturations are computed only at the rows asked for (its full array would cost more than the search)
+        self.terms: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, float]] = []
         self.common: list[tuple[int, np.ndarray]] = []  # (term id, rows) of the bounded terms
         self.slack = 0.0
         rare_rows, rare_values = [], []
         for tid in dict.fromkeys(tids):
-            got = lex.weighted_postings(tid, n, weights.get(tid, 1.0) if weights else 1.0)
+            got = lex.postings(tid, n)
             if got is None:
                 continue
-            rows, sat, w = got
-            self.terms.append((tid, rows, sat, w))
+            rows, tf = got
+            weight = weights.get(tid, 1.0) if weights else 1.0
             if len(rows) >= common_df:
+                w = lex.idf(tid) * weight
+                self.terms.append((rows, None, tf, w))
                 self.common.append((tid, rows))
-                self.slack += w * lex.saturation_max(tid, sat)
+                self.slack += w * lex.saturation_bound(tid, n)
             elif len(rows):
+                rows, sat, w = lex.weighted_postings(tid, n, weight)  # type: ignore[misc]
+                self.terms.append((rows, sat, tf, w))
                 rare_rows.append(rows)
                 rare_values.append(w * sat)
         self.rare = (rare_rows, rare_values)
@@ -77,14 +83,13 @@ class TermScores:
     def exact(self, rows: np.ndarray) -> np.ndarray:
         """The scores of the given rows (ascending), each the float64 `LexicalIndex.score` gives it."""
         out = np.zeros(len(rows), dtype=np.float64)
-        for _, trows, sat, w in self.terms:
-            if not len(trows):
-                continue
+        for trows, sat, tf, w in self.terms:
             at = np.searchsorted(trows, rows)
             at[at == len(trows)] = 0
             hit = trows[at] == rows
             if hit.any():
-                out[hit] += w * sat[at[hit]]
+                at = at[hit]
+                out[hit] += w * (sat[at] if sat is not None else self.lex.saturation(trows[at], tf[at]))
         return out
 
 
@@ -239,7 +244,7 @@ class QueryScores:
         """highest() among the rows of the rare terms; None when a row without one could be among them."""
         if len(self.rows) < count:
             return None
-        kth = float(np.partition(self.partial, len(self.partial) - count)[len(self.partial) - count])
+        kth = float(self.partial.max() if count == 1 else np.partition(self.partial, len(self.partial) - count)[len(self.partial) - count])
         slack = self.slack()
         idx = np.flatnonzero(self.partial >= kth - slack - _tol(kth))
         if len(idx) > DENSE_ROWS:

@@ -67,17 +67,27 @@ class _Cosines:
         # |q.x - q^.x^| <= |q|_1 s_x / 2 + s_q / 2 * (sqrt(d) + d s_x / 2) for a unit x (see module docstring)
         self.q_l1 = float(np.abs(query).sum())
         self.sqrt_d, self.dim = float(np.sqrt(dim)), dim
-        self.known: dict[int, float] = {}
+        self.known_rows = np.zeros(0, dtype=np.int64)  # ascending
+        self.known_sims = np.zeros(0, dtype=np.float32)
+
+    def _lookup(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.searchsorted(self.known_rows, rows)
+        at[at == len(self.known_rows)] = 0
+        have = self.known_rows[at] == rows if len(self.known_rows) else np.zeros(len(rows), dtype=bool)
+        return at, have
 
     def exact(self, rows: np.ndarray) -> np.ndarray:
-        """Float32 cosines (0 for a row without a vector), cached per row."""
-        missing = np.array([r for r in rows.tolist() if r not in self.known], dtype=np.int64)
-        if len(missing):
+        """Float32 cosines (0 for a row without a vector), each computed once: what a float32 scan gives."""
+        at, have = self._lookup(rows)
+        if not have.all():
+            missing = np.unique(rows[~have])
             sims = self.vecs.exact(missing, self.query)
             sims[~self.has_vec[missing]] = 0.0
-            self.known.update(zip(missing.tolist(), sims.tolist()))
-        known = self.known
-        return np.array([known[r] for r in rows.tolist()], dtype=np.float64)
+            merged = np.concatenate([self.known_rows, missing])
+            order = np.argsort(merged, kind="stable")
+            self.known_rows, self.known_sims = merged[order], np.concatenate([self.known_sims, sims])[order]
+            at, have = self._lookup(rows)
+        return self.known_sims[at]
 
     def bounds(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper bounds of each row's cosine (int8 codes for base rows, exact for the others)."""
@@ -96,10 +106,8 @@ class _Cosines:
         if not base.all():
             ex = self.exact(rows[~base])
             lo[~base], hi[~base] = ex, ex
-        if self.known:
-            seen = np.isin(rows, np.fromiter(self.known, np.int64, len(self.known)))
-            if seen.any():
-                lo[seen] = hi[seen] = self.exact(rows[seen])
+        at, have = self._lookup(rows)
+        lo[have] = hi[have] = self.known_sims[at[have]]
         return lo, hi
 
 
