@@ -13,9 +13,7 @@ is the same float64 a full score array would hold. Which rows hold any query
 term at all (the lexical matches, counted exactly) is the union of those rows
 and one cached bitmap per common term.
 
-When the bounds leave too many rows (a query made only of common words), the
-scores turn dense: every term is added into an array of every row, as
-`LexicalIndex.score` does.
+`bounded.QueryScores` uses these pieces to answer "which rows score at least x".
 """
 
 from __future__ import annotations
@@ -26,12 +24,10 @@ import numpy as np
 
 from .lexical import LexicalIndex
 
-__all__ = ["TermScores", "QueryScores", "COMMON_DF", "bits_of", "has_bit"]
+__all__ = ["TermScores", "sparse_sum", "best_first", "term_bits", "COMMON_DF", "bits_of", "has_bit"]
 
-COMMON_DF = 32_768  # a term with this many postings is bounded, not summed row by row
-DENSE_ROWS = 20_000  # more rows than this left by the bounds: score every row instead
+COMMON_DF = 32_768  # a term with this many postings (and an eighth of the rows) is bounded, not summed row by row
 _BITMAPS = 256  # common terms whose bitmaps stay cached (each n / 8 bytes)
-_NONE = np.zeros(0, dtype=np.int64)
 
 
 def bits_of(rows: np.ndarray, n: int) -> np.ndarray:
@@ -46,15 +42,10 @@ def has_bit(bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return ((bits[rows >> 3] >> (7 - (rows & 7))) & 1).astype(bool)
 
 
-def _tol(x: float) -> float:
-    return 1e-9 * (1.0 + abs(x))
-
-
 class TermScores:
     """Weighted terms of a query: the rare ones' rows and partial sums, the common ones bounded."""
 
-    def __init__(self, lex: LexicalIndex, n: int, tids: Sequence[int], weights: Mapping[int, float] | None,
-                 common_df: int = COMMON_DF) -> None:
+    def __init__(self, lex: LexicalIndex, n: int, tids: Sequence[int], weights: Mapping[int, float] | None) -> None:
         self.n, self.lex = n, lex
         # in the order score() adds them: (rows, saturations or None, counts, weight); a common term's
         # saturations are computed only at the rows asked for (its full array would cost more than the search)
@@ -68,7 +59,7 @@ class TermScores:
                 continue
             rows, tf = got
             weight = weights.get(tid, 1.0) if weights else 1.0
-            if len(rows) >= common_df:
+            if len(rows) >= max(COMMON_DF, n // 8):
                 w = lex.idf(tid) * weight
                 self.terms.append((rows, None, tf, w))
                 self.common.append((tid, rows))
@@ -93,11 +84,11 @@ class TermScores:
         return out
 
 
-def _sparse_sum(parts: Sequence[tuple[list[np.ndarray], list[np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
+def sparse_sum(parts: Sequence[tuple[list[np.ndarray], list[np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of some postings (ascending) and the sum of their values per row."""
     rows = [r for p in parts for r in p[0]]
     if not rows:
-        return _NONE, np.zeros(0)
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
     flat = np.concatenate(rows)
     values = np.concatenate([v for p in parts for v in p[1]])
     order = np.argsort(flat, kind="stable")
@@ -107,155 +98,19 @@ def _sparse_sum(parts: Sequence[tuple[list[np.ndarray], list[np.ndarray]]]) -> t
     return flat[first].astype(np.int64), np.bincount(np.cumsum(first) - 1, weights=values, minlength=int(first.sum()))
 
 
-class QueryScores:
-    """BM25 of a query (and, once added, its feedback terms) over a shard's live rows, read a few rows at a time."""
-
-    def __init__(self, lex: LexicalIndex, n: int, qtids: Sequence[int], alive: np.ndarray, n_dead: int,
-                 memo: dict[str, Any]) -> None:
-        self.lex, self.n, self.qtids, self.memo = lex, n, list(qtids), memo
-        self.alive = alive[:n] if n_dead else None
-        self.query = TermScores(lex, n, qtids, None)
-        self.extra: TermScores | None = None
-        self.feedback: dict[int, float] = {}
-        self.dense: tuple[np.ndarray, np.ndarray | None] | None = None  # (query, feedback) scores of every row
-        self.common_bits: np.ndarray | None = None
-        for tid, rows in self.query.common:
-            bits = self._term_bits(tid, rows)
-            self.common_bits = bits.copy() if self.common_bits is None else self.common_bits | bits
-        if self.common_bits is not None and self.alive is not None:
-            self.common_bits &= np.packbits(self.alive)
-        self._set(*self._live(*_sparse_sum([self.query.rare])))
-        self.rare_rows = self.rows  # live rows holding a rare query term
-        in_common = 0 if self.common_bits is None else int(np.bitwise_count(self.common_bits).sum())
-        outside = len(self.rows) if self.common_bits is None else int(np.count_nonzero(~has_bit(self.common_bits, self.rows)))
-        self.matched = in_common + outside  # live rows holding a query term: the lexical matches
-
-    def _set(self, rows: np.ndarray, partial: np.ndarray) -> None:
-        """The candidate rows (ascending), their partial scores, and room for their exact scores."""
-        self.rows, self.partial = rows, partial
-        self._known = np.full(len(rows), np.nan)
-
-    def _exact_at(self, idx: np.ndarray) -> np.ndarray:
-        """Exact scores of the candidates at positions `idx` of `rows`, each computed once."""
-        if self.dense is not None:
-            return self.partial[idx]  # q + e of every row: what exact() gives
-        known = self._known[idx]
-        missing = np.isnan(known)
-        if missing.any():
-            known[missing] = self._known[idx[missing]] = self.exact(self.rows[idx[missing]])
-        return known
-
-    def _live(self, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.alive is None or not len(rows):
-            return rows, values
-        keep = self.alive[rows]
-        return rows[keep], values[keep]
-
-    def _term_bits(self, tid: int, rows: np.ndarray) -> np.ndarray:
-        cache: dict[int, tuple[int, int, np.ndarray]] = self.memo.setdefault("term_bits", {})
-        hit = cache.get(tid)
-        if hit is None or hit[0] != len(rows) or hit[1] != self.n:
-            if len(cache) >= _BITMAPS:
-                cache.clear()
-            hit = cache[tid] = (len(rows), self.n, bits_of(rows, self.n))
-        return hit[2]
-
-    def is_lexical(self, rows: np.ndarray) -> np.ndarray:
-        """Whether each (live) row holds a query term."""
-        got = np.zeros(len(rows), dtype=bool) if self.common_bits is None else has_bit(self.common_bits, rows)
-        if len(self.rare_rows):
-            at = np.searchsorted(self.rare_rows, rows)
-            at[at == len(self.rare_rows)] = 0
-            got |= self.rare_rows[at] == rows
-        return got
-
-    def add_feedback(self, weights: dict[int, float]) -> None:
-        """From now on a row's score is its query score plus its feedback terms' (as rank_shard adds them)."""
-        self.feedback = weights
-        if self.dense is not None:
-            self.dense = (self.dense[0], self._dense_of(list(weights), weights))
-            self._set(*self._dense_rows(0.0))
-            return
-        self.extra = TermScores(self.lex, self.n, list(weights), weights)
-        self._set(*self._live(*_sparse_sum([self.query.rare, self.extra.rare])))
-
-    def _dense_of(self, tids: list[int], weights: dict[int, float] | None) -> np.ndarray:
-        out = self.lex.score(tids, self.n, weights)
-        if self.alive is not None:
-            out[~self.alive] = 0.0
-        return out
-
-    def _dense_rows(self, low: float) -> tuple[np.ndarray, np.ndarray]:
-        assert self.dense is not None
-        q, e = self.dense
-        total = q if e is None else q + e
-        rows = np.flatnonzero(total > low)
-        return rows, total[rows]
-
-    def _go_dense(self, low: float) -> None:
-        """Score every row (every term, as LexicalIndex.score); keep the rows above `low` as the candidates."""
-        q = self._dense_of(self.qtids, None)
-        self.dense = (q, self._dense_of(list(self.feedback), self.feedback) if self.feedback else None)
-        self._set(*self._dense_rows(low))
-
-    def slack(self) -> float:
-        return 0.0 if self.dense is not None else self.query.slack + (self.extra.slack if self.extra else 0.0)
-
-    def exact(self, rows: np.ndarray) -> np.ndarray:
-        """The score of each row (ascending), the same float64 rank_shard's score arrays hold."""
-        if self.dense is not None:
-            q, e = self.dense
-            return q[rows] if e is None else q[rows] + e[rows]
-        if self.extra is None and not self.query.common and len(self.rows):
-            # every term is summed per row, in score()'s order (a stable sort keeps it): the same float64
-            at = np.searchsorted(self.rows, rows)
-            at[at == len(self.rows)] = 0
-            return np.where(self.rows[at] == rows, self.partial[at], 0.0)
-        got = self.query.exact(rows)
-        return got if self.extra is None else got + self.extra.exact(rows)
-
-    def at_least(self, x: float) -> tuple[np.ndarray, np.ndarray]:
-        """Every live row scoring at least `x` (> 0), ascending, with its score."""
-        if self.dense is None and x - self.slack() <= _tol(x):
-            self._go_dense(0.0)
-        idx = np.flatnonzero(self.partial >= x - self.slack() - _tol(x))
-        if self.dense is None and len(idx) > DENSE_ROWS:
-            self._go_dense(0.0)
-            idx = np.flatnonzero(self.partial >= x - _tol(x))
-        values = self._exact_at(idx)
-        keep = values >= x
-        return self.rows[idx[keep]], values[keep]
-
-    def highest(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """The `count` live rows with the highest scores (fewer if fewer score), best first by score."""
-        if self.dense is None:
-            got = self._highest_bounded(count)
-            if got is not None:
-                return got
-            self._go_dense(0.0)
-        if not len(self.rows):
-            return _NONE, np.zeros(0)
-        at = max(len(self.partial) - count, 0)
-        kth = float(np.partition(self.partial, at)[at])
-        idx = np.flatnonzero(self.partial >= kth - _tol(kth))
-        return _best_first(self.rows[idx], self._exact_at(idx), count)
-
-    def _highest_bounded(self, count: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """highest() among the rows of the rare terms; None when a row without one could be among them."""
-        if len(self.rows) < count:
-            return None
-        kth = float(self.partial.max() if count == 1 else np.partition(self.partial, len(self.partial) - count)[len(self.partial) - count])
-        slack = self.slack()
-        idx = np.flatnonzero(self.partial >= kth - slack - _tol(kth))
-        if len(idx) > DENSE_ROWS:
-            return None
-        rows, values = _best_first(self.rows[idx], self._exact_at(idx), count)
-        if float(values[-1]) <= slack + _tol(slack):  # a row holding only common terms might beat it
-            return None
-        return rows, values
+def term_bits(memo: dict[str, Any], tid: int, rows: np.ndarray, n: int) -> np.ndarray:
+    """The packed bitmap of a term's rows, cached in `memo` while its postings and n hold."""
+    cache: dict[int, tuple[int, int, np.ndarray]] = memo.setdefault("term_bits", {})
+    hit = cache.get(tid)
+    if hit is None or hit[0] != len(rows) or hit[1] != n:
+        if len(cache) >= _BITMAPS:
+            cache.clear()
+        hit = cache[tid] = (len(rows), n, bits_of(rows, n))
+    return hit[2]
 
 
-def _best_first(rows: np.ndarray, values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+def best_first(rows: np.ndarray, values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `count` rows with the highest values, best first (ties: stable)."""
     if len(rows) > count:
         part = np.argpartition(-values, count - 1)[:count]
         rows, values = rows[part], values[part]

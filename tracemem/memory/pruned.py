@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, Shard
-from .maxscore import QueryScores
+from .bounded import QueryScores
 from .vectors import RERANK, int8_kernel, query_codes
 
 __all__ = ["Pruned", "rank_pruned", "SAMPLE_ROWS"]
@@ -117,7 +117,7 @@ def _top(scores: QueryScores, best: float, k: int, cos: _Cosines, w: float,
 
     None when the bounds cannot prove the answer without every cosine.
     """
-    first, values = scores.highest(k + RERANK)
+    first, values = scores.some_high(k + RERANK)
     keep = ~np.isin(first, excluded)
     first, values = first[keep], values[keep]
     keep = is_candidate(first)
