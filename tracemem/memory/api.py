@@ -334,8 +334,7 @@ class Memory:
 
     # -- search ----------------------------------------------------------------------------
     def _fetch(self, ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        # `= ANY(list)`: DuckDB turns a long IN list into a hash join over every row (about twice the time at 1M)
-        return self.sql.fetch_records(self.con, "memory_id = ANY(?::VARCHAR[])", [list(ids)]) if ids else []
+        return self.sql.fetch_records(self.con, "memory_id = ANY(?::VARCHAR[])", [list(ids)]) if ids else []  # IN (?, ...): a hash join, 2x slower
 
     def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
                limit: int | None = 10, now: datetime | None = None) -> SearchResult:
@@ -392,8 +391,7 @@ class Memory:
             excluded = [Exclusion(memory_id=shard.id_at(r), reason=why, detail=d)  # type: ignore[arg-type]
                         for r, why, d in ranking.exclusions]
         return result.model_copy(update=dict(
-            scan=scan, scan_recall=scan_recall, count_estimated=bool(ranking.sample), total_lexical=ranking.total_lexical,
-            count_sample=ranking.sample, records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
+            scan=scan, scan_recall=scan_recall, **ranking.count_fields(), records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
             excluded_flagged=ranking.counts["flagged"], excluded_below_floor=ranking.counts["below_floor"],
             excluded_out_of_window=ranking.counts["out_of_window"]))
 

@@ -154,6 +154,10 @@ class Ranking:
     total_lexical: int | None = None
     sample: int | None = None
 
+    def count_fields(self) -> dict[str, Any]:
+        """The SearchResult fields that say whether `total` is counted or estimated."""
+        return {"count_estimated": bool(self.sample), "total_lexical": self.total_lexical, "count_sample": self.sample}
+
 
 def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -> dict[int, float]:
     """Pseudo-relevance feedback: idf-weighted terms of the best rows, weights in (0, PRF_WEIGHT].
