@@ -72,6 +72,7 @@ class LexicalIndex:
         self._sat: dict[int, tuple[float, np.ndarray]] = {}
         self._sat_size = 0
         self._sat_max: dict[int, tuple[float, int, float]] = {}
+        self._shortest = (-1, 0.0)  # (rows counted, shortest non-empty length among them)
         self._n_rows = self._n_base_rows
         self._n_alive = self._n_base_rows
         self._total_len = float(self._len[: self._n_rows].sum())
@@ -223,8 +224,10 @@ class LexicalIndex:
         avg = self._avg()
         hit = self._sat_max.get(tid)
         if hit is None or hit[0] != avg or hit[1] != len(rows):
-            lens = self._len[:n_rows]
-            shortest = float(lens[lens > 0].min()) if len(lens) else 0.0
+            if self._shortest[0] != n_rows:  # lengths are set once per row: the key is the row count
+                lens = self._len[:n_rows]
+                self._shortest = (n_rows, float(lens[lens > 0].min()) if (lens > 0).any() else 0.0)
+            shortest = self._shortest[1]
             top = float(tf.max()) if len(tf) else 0.0
             k1, b = self.k1, self.b
             bound = top * (k1 + 1.0) / (top + k1 * (1.0 - b + b * shortest / avg)) if top > 0 else 0.0

@@ -208,7 +208,7 @@ def rank_pruned(shard: Shard, qtids: list[int], query: np.ndarray, *, lexical_we
     if not 0 < w < 1 or shard.vecs is None or int8_kernel() is None:
         return None
     scores = QueryScores(shard.lex, shard.n, qtids, shard.alive, shard.n_dead, shard.memo)
-    if not scores.matched:
+    if scores.matched <= prf_docs:  # whether feedback runs depends on the count of every match: scan
         return None
     lexical = scores.is_lexical
     cos = _Cosines(shard, query)
