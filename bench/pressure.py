@@ -18,7 +18,9 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,6 +154,7 @@ def killed(seconds: float, kwargs: dict[str, Any], folder: str) -> dict[str, flo
 
 def report(seconds: float, threads: int) -> None:
     folder = tempfile.mkdtemp(prefix="tracemem-pressure-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     print(f"\n## producer faster than the writer ({threads} producer threads, {seconds:g} s each; "
           f"bounds max_queue={MAX_COST:,} cost units and max_lag={MAX_LAG:g} s, batches ≤ {BATCH_COST:,} units; "
           f"1 unit = 1 row or 64 chars)")

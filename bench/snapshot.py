@@ -10,7 +10,9 @@ time and p50/p95 per query; goal: ≤ 10 ms at 100k. Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import random
 import statistics
 import sys
@@ -57,6 +59,7 @@ def main() -> None:
     print(f"{'runs':>8} {'fill s':>7} {'matrix load ms':>15} {'p50 ms':>7} {'p95 ms':>7}")
     for size in (int(s) for s in args.sizes.split(",")):
         folder = tempfile.mkdtemp(prefix="tracemem-snap-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         store = Store(os.path.join(folder, "snap.duckdb"))
         fill_s = fill(store, size, embedder, rng)
         queries = [question(rng) for _ in range(args.queries)]

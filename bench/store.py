@@ -18,8 +18,10 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import atexit
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -105,6 +107,7 @@ def main() -> None:
     ap.add_argument("--pressure-seconds", type=float, default=3.0)
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="tracemem-bench-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     flow = build_flow()
     plain = [make_plain(i) for i in range(STAGES)]
     store_run = Store(os.path.join(folder, "run.duckdb"), durability="run")

@@ -17,7 +17,9 @@ viewer never keeps the file open, so an agent can always start beside it).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import re
 import statistics
 import sys
@@ -110,7 +112,9 @@ def main() -> None:
 
     from tracemem.ui import create_app
 
-    path = os.path.join(tempfile.mkdtemp(prefix="bench-ui-"), "ui.duckdb")
+    folder = tempfile.mkdtemp(prefix="bench-ui-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = os.path.join(folder, "ui.duckdb")
     long_id, fill_s = fill(path, args.runs, args.steps)
     with Store(path, read_only=True) as store:
         total, steps = store.sql("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM steps WHERE run_id = ?)",

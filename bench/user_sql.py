@@ -11,7 +11,9 @@ Prints figures and ratios; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -48,6 +50,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="bench-usersql-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     path = os.path.join(folder, "bench.duckdb")
     pipeline = Pipeline("bench", S)
     for i in range(5):

@@ -8,6 +8,9 @@ a pause and a resume. A resume's claim on a DuckDB file is committed without an 
 """
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from tracemem import Pipeline
@@ -110,3 +113,17 @@ def test_a_resume_claims_its_run_and_leaves_the_files_fsync_setting_as_it_was(tm
         assert dict(store.sql("SELECT run_id, status FROM runs WHERE parent_run_id IS NULL").fetchall()) == \
             {first.run_id: "ok", second.run_id: "paused"}
         assert FLOW.resume(second.run_id, "later", store=store, env=ENV).output.verdict == "later"
+
+
+def test_user_sql_on_a_writable_store_waits_for_the_write_lock(tmp_path: Path) -> None:
+    """The resume claim commits unsynced under the write lock (store/claims.py): a user's write statement
+    through a writable store's sql() takes the same lock, so it never commits inside that window."""
+    with Store(str(tmp_path / "lock.duckdb")) as store:
+        store.sql("CREATE TABLE notes (n INTEGER)")
+        done = threading.Event()
+        with store.lock:  # what the claim holds while fsync_mode is NONE
+            writer = threading.Thread(target=lambda: (store.sql("INSERT INTO notes VALUES (1)"), done.set()))
+            writer.start()
+            assert not done.wait(0.3)  # held back while the lock is taken
+        writer.join(10)
+        assert done.is_set() and store.sql("SELECT n FROM notes").fetchall() == [(1,)]

@@ -12,9 +12,9 @@ a run of appends to a list is decoded as one JSON array.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Iterable, Optional
 
+from ..fastjson import loads
 from ..record import ThreadRun, Write
 from .paths import apply_write, parse_path, root_of
 
@@ -27,7 +27,7 @@ def apply_writes(data: dict[str, Any], writes: Iterable[Write], reset: Callable[
     for w in writes:
         if upto is not None and w.step > upto:
             break
-        apply_write(data, parse_path(w.path), w.verb, None if w.value is None else json.loads(w.value), reset)
+        apply_write(data, parse_path(w.path), w.verb, None if w.value is None else loads(w.value), reset)
     return data
 
 
@@ -45,11 +45,11 @@ def _apply_root(data: dict[str, Any], root: str, writes: list[Write], reset: Cal
             j = i
             while j < n and writes[j].verb == "append" and writes[j].path == root:
                 j += 1
-            data[root].extend(json.loads("[" + ",".join("null" if x.value is None else x.value
+            data[root].extend(loads("[" + ",".join("null" if x.value is None else x.value
                                                          for x in writes[i:j]) + "]"))
             i = j
             continue
-        apply_write(data, parse_path(w.path), w.verb, None if w.value is None else json.loads(w.value), reset)
+        apply_write(data, parse_path(w.path), w.verb, None if w.value is None else loads(w.value), reset)
         i += 1
 
 

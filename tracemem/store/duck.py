@@ -101,7 +101,8 @@ class DuckBackend:
         if self.user_sql is not None:
             return self.user_sql.sql(query, params)
         try:
-            return self.cursor().sql(query, params=params)
+            with self.write_lock:  # a write statement runs here: never inside the claim's unsynced commit (claims.py)
+                return self.cursor().sql(query, params=params)
         except duckdb.Error as err:
             raise TracememError(f"SQL error: {str(err).splitlines()[0]}") from None
 

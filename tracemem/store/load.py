@@ -19,6 +19,7 @@ from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from .batch import COLUMNS, EXTRA_TABLES
+from ..fastjson import loads
 
 # the runs of a thread recorded before runs.thread_id existed (schema < 6), newest first
 _CHAIN = """WITH RECURSIVE chain(run_id, continues, depth) AS (
@@ -125,15 +126,14 @@ def _layout(name: str, many: bool, rowid: str) -> tuple[list[str], list[int]]:
     return select, order
 
 
-def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool) -> list[tuple]:
-    """One table's rows of the runs `ids` (ids as $1..$n, or as one list $1 when many), in the order it is
-    read (NULLs last, as DuckDB sorts them). `many`: the rows' run id is their first order column."""
-    select, order = _layout(name, many, rowid)
-    key = _READ[name][0]
+def _where(ids: list[str]) -> tuple[str, list[Any]]:
+    """`IN (...)` of the ids as $1..$n, or as one list $1 when many (a query may use it more than once)."""
     n = len(ids)
-    where = ", ".join(f"${i + 1}" for i in range(n)) if n <= 8 else "SELECT unnest($1::VARCHAR[])"
-    rows = con.execute(f"SELECT {', '.join(select)} FROM {'runs' if name == 'children' else name} "
-                       f"WHERE {key} IN ({where})", ids if n <= 8 else [ids]).fetchall()
+    return (", ".join(f"${i + 1}" for i in range(n)), ids) if n <= 8 else ("SELECT unnest($1::VARCHAR[])", [ids])
+
+
+def _sorted(rows: list[tuple], order: list[int]) -> list[tuple]:
+    """Rows in the order they are read (NULLs last, as DuckDB sorts them)."""
     try:
         rows.sort(key=itemgetter(*order))
     except TypeError:  # a NULL beside a value (a NULL-able seq column): NULLs go last
@@ -141,14 +141,43 @@ def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool) -> list[
     return rows
 
 
+def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool) -> list[tuple]:
+    """One table's rows of the runs `ids`, in the order it is read. `many`: the rows' run id is their first
+    order column."""
+    select, order = _layout(name, many, rowid)
+    where, params = _where(ids)
+    rows = con.execute(f"SELECT {', '.join(select)} FROM {name} WHERE {_READ[name][0]} IN ({where})",
+                       params).fetchall()
+    return _sorted(rows, order)
+
+
+def _heads(con: Any, ids: list[str], rowid: str) -> tuple[list[tuple], list[tuple[str, str]]]:
+    """The runs rows of `ids` and (child, parent) of their child runs, in one query: two index lookups
+    joined by UNION ALL, a child's few columns in the places the runs row has them."""
+    select, order = _layout("runs", True, rowid)
+    child_select, child_order = _layout("children", True, rowid)
+    at = [select.index(c) for c in child_select]  # run_id, parent_run_id, started, rowid: all in `select`
+    padded = ["NULL"] * len(select)
+    for i, expr in zip(at, child_select):
+        padded[i] = expr
+    where, params = _where(ids)
+    rows = con.execute(f"SELECT false, {', '.join(select)} FROM runs WHERE run_id IN ({where}) UNION ALL "
+                       f"SELECT true, {', '.join(padded)} FROM runs WHERE parent_run_id IN ({where})",
+                       params).fetchall()
+    heads = _sorted([row[1:] for row in rows if not row[0]], order)
+    children = _sorted([tuple(row[1 + i] for i in at) for row in rows if row[0]], child_order)
+    return heads, [(row[0], row[1]) for row in children]
+
+
 def _tables(con: Any) -> list[str]:
     """The tables a load reads that may hold rows (a lookup in an empty table still costs a query)."""
+    own = ("runs", "children")  # read by _heads
     if getattr(con, "dialect", "duckdb") == "postgres":  # store/pg/connection.py
-        return list(_READ)
+        return [name for name in _READ if name not in own]
     empty = frozenset(t for t, size in con.execute(
         "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
         "AND schema_name = 'main'").fetchall() if size == 0)
-    return [name for name in _READ if name in ("runs", "children") or name not in empty]
+    return [name for name in _READ if name not in own and name not in empty]
 
 
 def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSchema] = None) -> dict[str, Run]:
@@ -160,17 +189,13 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
         return {}
     rowid = _CTID if getattr(con, "dialect", "duckdb") == "postgres" else "rowid"
     tables = _tables(con)
-    heads = _fetch(con, "runs", ids, rowid, True)
+    heads, children = _heads(con, ids, rowid)
     if not heads:
         return {}
     ids = [row[0] for row in heads]
     many = len(ids) > 1
     records: dict[str, Record] = {}
-    children: list[tuple[str, str]] = []
-    for name in tables[1:]:
-        if name == "children":
-            children = [(row[0], row[1]) for row in _fetch(con, name, ids, rowid, True)]
-            continue
+    for name in tables:
         rows = _fetch(con, name, ids, rowid, many)
         if not rows:
             continue
@@ -226,7 +251,7 @@ class Record:
         elif table == "writes":
             self.writes = [Write(*row[:5]) for row in rows]
         elif table == "decisions":
-            self.decisions = [Decision(row[0], row[1], json.loads(row[2]) if row[2] else None) for row in rows]
+            self.decisions = [Decision(row[0], row[1], loads(row[2]) if row[2] else None) for row in rows]
         else:
             cols = _READ[table][1]
             self.rows[table] = [dict(zip(cols, row[:width])) for row in rows]
