@@ -63,6 +63,7 @@ class _Cosines:
         self.vecs, self.query, self.has_vec = shard.vecs, query, shard.has_vec
         self.codes = shard.vecs.codes
         self.q8, self.sq = query_codes(query)
+        self.query64 = np.asarray(query, dtype=np.float64)
         dim = len(query)
         # |q.x - q^.x^| <= |q|_1 s_x / 2 + s_q / 2 * (sqrt(d) + d s_x / 2) for a unit x (see module docstring)
         self.q_l1 = float(np.abs(query).sum())
@@ -81,7 +82,9 @@ class _Cosines:
         at, have = self._lookup(rows)
         if not have.all():
             missing = np.unique(rows[~have])
-            sims = self.vecs.exact(missing, self.query)
+            # summed in float64 and rounded once: a row's cosine does not depend on the rows read with it
+            # (a float32 product's rounding does), so identical records keep identical scores
+            sims = (self.vecs.take(missing).astype(np.float64) @ self.query64).astype(np.float32)
             sims[~self.has_vec[missing]] = 0.0
             merged = np.concatenate([self.known_rows, missing])
             order = np.argsort(merged, kind="stable")
@@ -115,7 +118,11 @@ def _top(scores: QueryScores, best: float, k: int, cos: _Cosines, w: float,
          is_candidate: Callable[[np.ndarray], np.ndarray], excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The k best candidates by `w * score / best + (1 - w) * cos` (ties to the higher row), with their fused scores.
 
-    None when the bounds cannot prove the answer without every cosine.
+    A few high-scoring rows and the int8 lower bounds of their cosines give a score the
+    k-th best reaches at least; the rows that can reach it are found through BM25 bounds,
+    narrowed by int8 upper bounds, and float32 cosines are computed best bound first
+    until the k-th best exact score beats every bound left. None when the bounds cannot
+    prove the answer without every cosine.
     """
     first, values = scores.some_high(k + RERANK)
     keep = ~np.isin(first, excluded)
@@ -124,23 +131,36 @@ def _top(scores: QueryScores, best: float, k: int, cos: _Cosines, w: float,
     first, values = first[keep], values[keep]
     if len(first) < k:
         return None
-    fused = w * (values / best) + (1.0 - w) * cos.exact(first)
-    theta = float(np.partition(fused, len(fused) - k)[len(fused) - k])  # a lower bound of the k-th best
+    lo, _ = cos.bounds(first)
+    low = w * (values / best) + (1.0 - w) * lo
+    theta = float(np.partition(low, len(low) - k)[len(low) - k]) - _SLACK  # the k-th best scores at least this
     if theta <= (1.0 - w) + _SLACK:  # a record sharing no query term could still make the top k
         return None
     pool, values = scores.at_least((theta - (1.0 - w) - _SLACK) * best / w)
     keep = ~np.isin(pool, excluded)
     pool, values = pool[keep], values[keep]
     _, hi = cos.bounds(pool)
-    keep = w * (values / best) + (1.0 - w) * hi >= theta - _SLACK
-    pool, values = pool[keep], values[keep]
+    upper = w * (values / best) + (1.0 - w) * hi
+    keep = upper >= theta - _SLACK
+    pool, values, upper = pool[keep], values[keep], upper[keep]
     keep = is_candidate(pool)
-    pool, values = pool[keep], values[keep]
+    pool, values, upper = pool[keep], values[keep], upper[keep]
     if len(pool) < k:
         return None
-    fused = w * (values / best) + (1.0 - w) * cos.exact(pool)
-    order = np.lexsort((-pool, -fused))[:k]
-    return pool[order], fused[order]
+    by_bound = np.argsort(-upper, kind="stable")
+    done = min(len(pool), k + 8)
+    while True:  # exact cosines for the rows with the best bounds, until no bound left can beat the k-th
+        idx = by_bound[:done]
+        fused = w * (values[idx] / best) + (1.0 - w) * cos.exact(pool[idx])
+        kth = float(np.partition(fused, len(fused) - k)[len(fused) - k])
+        rest = by_bound[done:]
+        more = int(np.count_nonzero(upper[rest] >= kth - _SLACK))
+        if not more:
+            break
+        done += more
+    rows = pool[idx]
+    order = np.lexsort((-rows, -fused))[:k]
+    return rows[order], fused[order]
 
 
 def _specials(shard: Shard, floor: float) -> np.ndarray:

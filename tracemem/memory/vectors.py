@@ -17,6 +17,10 @@ Measured before choosing: keeping the int8 scan exact by re-scoring every row
 its error bound leaves undecided touched tens of thousands of float32 rows per
 query at a million records (and kept them resident).
 
+A fused search (BM25 leading, as with the hashing embedder) of such a shard
+mostly does not scan at all: pruned.py bounds which rows can reach the top and
+computes float32 cosines for those only; this scan is its fallback.
+
 The int8 kernel comes from the optional `numkong` package
 (`pip install 'tracemem-agents[scale]'`).
 """
