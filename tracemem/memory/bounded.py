@@ -74,8 +74,15 @@ class QueryScores:
         """From now on a row's score is its query score plus its feedback terms' (as rank_shard adds them)."""
         self.extra = TermScores(self.lex, self.n, list(weights), weights)
         self.feedback = weights
-        if self.dense is None:
-            self._set(*self._live(*sparse_sum([self.query.rare, self.extra.rare])))
+        if self.dense is None:  # the feedback terms' sums merged into the query's (only bounds: any order)
+            rows, values = self._live(*sparse_sum([self.extra.rare]))
+            at = np.searchsorted(self.rows, rows)
+            found = np.zeros(len(rows), dtype=bool)
+            if len(self.rows):
+                found = self.rows[np.minimum(at, len(self.rows) - 1)] == rows
+            partial = self.partial.copy()
+            partial[at[found]] += values[found]
+            self._set(np.insert(self.rows, at[~found], rows[~found]), np.insert(partial, at[~found], values[~found]))
         else:
             self.dense_extra, self._total = self._score(list(weights), weights), None
 

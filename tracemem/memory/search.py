@@ -147,9 +147,9 @@ class Ranking:
     """Output of rank_shard: chosen rows best-first with their score parts, and the counts."""
 
     rows: np.ndarray
-    score: np.ndarray
-    lexical: np.ndarray
-    similarity: np.ndarray | None
+    score: np.ndarray | dict[int, float]  # by row (a dict: only the chosen rows)
+    lexical: np.ndarray | dict[int, float]
+    similarity: np.ndarray | dict[int, float] | None
     total: int = 0
     cut: int = 0
     exclusions: list[tuple[int, str, str]] = field(default_factory=list)
@@ -298,14 +298,11 @@ def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray, lexical_weigh
                       feedback=lambda top: _feedback_terms(shard, top, qtids))
     if got is None:
         return None
-    n = shard.n
-    out = Ranking(rows=got.rows, score=np.zeros(n), lexical=np.zeros(n), similarity=np.zeros(n, dtype=np.float32),
-                  total=got.total, scan="pruned", total_lexical=got.total_lexical, sample=got.sample)
+    out = Ranking(rows=got.rows, score=got.score, lexical=got.lexical, similarity=got.similarity, total=got.total,
+                  scan="pruned", total_lexical=got.total_lexical, sample=got.sample)
     for row, reason in got.exclusions:
         out.counts[reason] += 1
         out.exclusions.append((row, reason, _detail(shard, row, reason, floor)))
-    for row in got.rows.tolist():
-        out.score[row], out.lexical[row], out.similarity[row] = got.score[row], got.lexical[row], got.similarity[row]  # type: ignore[index]
     out.cut = max(0, got.total - len(got.exclusions) - len(got.rows))
     return out
 
