@@ -10,8 +10,8 @@ A row's score is its query terms' BM25 plus, once feedback terms are added, thei
   query's terms are scored for every row, as `LexicalIndex.score` does, and rows
   are selected from that array.
 
-Feedback terms follow the same mode. Every score returned is computed term by term in `LexicalIndex.score`'s
-order: the same float64 rank_shard's arrays hold.
+Feedback terms follow the same mode. Every score returned is computed term by
+term in `LexicalIndex.score`'s order: the same float64 rank_shard's arrays hold.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class LexicalIndex:
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._sat: dict[int, tuple[float, np.ndarray]] = {}
         self._sat_size = 0
-        self._sat_max: dict[int, tuple[float, int, float]] = {}
+        self._sat_bound: dict[int, tuple[float, int, float]] = {}
         self._shortest = (-1, 0.0)  # (rows counted, shortest non-empty length among them)
         self._n_rows = self._n_base_rows
         self._n_alive = self._n_base_rows
@@ -222,7 +222,7 @@ class LexicalIndex:
             return 0.0
         rows, tf = got
         avg = self._avg()
-        hit = self._sat_max.get(tid)
+        hit = self._sat_bound.get(tid)
         if hit is None or hit[0] != avg or hit[1] != len(rows):
             if self._shortest[0] != n_rows:  # lengths are set once per row: the key is the row count
                 lens = self._len[:n_rows]
@@ -231,15 +231,11 @@ class LexicalIndex:
             top = float(tf.max()) if len(tf) else 0.0
             k1, b = self.k1, self.b
             bound = top * (k1 + 1.0) / (top + k1 * (1.0 - b + b * shortest / avg)) if top > 0 else 0.0
-            hit = self._sat_max[tid] = (avg, len(rows), bound * (1.0 + 1e-12))
+            hit = self._sat_bound[tid] = (avg, len(rows), bound * (1.0 + 1e-12))
         return hit[2]
 
     def _avg(self) -> float:
         return max(self._total_len / self._n_alive, 1e-9) if self._n_alive > 0 else 1e-9
-
-    def df(self, tid: int) -> int:
-        """How many live rows hold the term."""
-        return int(self._df[tid])
 
     def _saturation(self, tid: int, rows: np.ndarray, tf: np.ndarray, avg: float) -> np.ndarray:
         """tf (k1 + 1) / (tf + k1 (1 - b + b len / avg)) of a term's postings, cached while avg holds."""

@@ -5,8 +5,9 @@ postings) costs milliseconds to add into a score array of every row, and only
 the few rows that can reach the top need its exact contribution. So a query's
 rare terms are summed over the rows that hold them (`rows`, `partial`: a
 sparse, sorted partial score), and each common term (at least `COMMON_DF`
-postings) is only *bounded*: it adds at most `w * max(sat)` to any row (summed
-over the common terms: `slack`). A row whose partial score is below `x -
+postings) is only *bounded*: it adds at most `w` times the saturation of its
+largest count in the shortest record to any row (`LexicalIndex.saturation_bound`;
+summed over the common terms: `slack`). A row whose partial score is below `x -
 slack` cannot score `x`; the rows left are few, and `exact` computes their
 scores term by term in the order `LexicalIndex.score` adds them, so each value
 is the same float64 a full score array would hold. Which rows hold any query
