@@ -179,3 +179,24 @@ def test_sample_is_evenly_spread_over_the_file_rows() -> None:
     shard, _, _ = big_shard(n=1000)
     rows, codes, scales = pruned._sample(shard)
     assert len(rows) == 1000 and codes.shape == (1000, DIM) and scales.shape == (1000,)
+
+
+@pytest.mark.parametrize("common_df", [1, 10**9])
+@pytest.mark.parametrize("dense_rows", [20_000, 5])
+def test_literal_search_of_a_big_shard_is_exact(monkeypatch: pytest.MonkeyPatch, common_df: int, dense_rows: int) -> None:
+    monkeypatch.setattr(maxscore, "COMMON_DF", common_df)
+    monkeypatch.setattr(bounded, "DENSE_ROWS", dense_rows)
+    shard, _, _ = big_shard(flagged_every=5)
+    for query in QUERIES:
+        for recall, limit in ((False, 10), (True, 3), (True, 25)):
+            args = dict(query_vec=None, lexical_weight=0.9, min_similarity=0.1, recall=recall, floor=60.0, now=NOW,
+                        limit=limit)
+            monkeypatch.setattr(pruned, "LITERAL_MIN_ROWS", 0)
+            fast = rank_shard(shard, query, **args)  # type: ignore[arg-type]
+            monkeypatch.setattr(pruned, "LITERAL_MIN_ROWS", 10**12)
+            exact = rank_shard(shard, query, **args)  # type: ignore[arg-type]
+            assert fast.rows.tolist() == exact.rows.tolist()
+            assert [fast.score[r] for r in fast.rows.tolist()] == [exact.score[r] for r in exact.rows.tolist()]
+            assert (fast.total, fast.cut, fast.counts) == (exact.total, exact.cut, exact.counts)
+            assert sorted(fast.exclusions) == sorted(exact.exclusions)
+            assert fast.sample is None and fast.scan is None  # nothing estimated

@@ -111,9 +111,10 @@ def term_bits(memo: dict[str, Any], tid: int, rows: np.ndarray, n: int) -> np.nd
 
 
 def best_first(rows: np.ndarray, values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `count` rows with the highest values, best first (ties: stable)."""
+    """The `count` rows with the highest values, best first; ties go to the higher row (as rank_shard orders)."""
     if len(rows) > count:
-        part = np.argpartition(-values, count - 1)[:count]
-        rows, values = rows[part], values[part]
-    order = np.argsort(-values, kind="stable")
+        kth = values[np.argpartition(-values, count - 1)[count - 1]]
+        near = np.flatnonzero(values >= kth)
+        rows, values = rows[near], values[near]
+    order = np.lexsort((-rows, -values))[:count]
     return rows[order], values[order]

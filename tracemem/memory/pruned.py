@@ -33,11 +33,12 @@ import numpy as np
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, Shard
 from .bounded import QueryScores
-from .vectors import RERANK, int8_kernel, query_codes
+from .vectors import INT8_MIN_ROWS, RERANK, int8_kernel, query_codes
 
-__all__ = ["Pruned", "rank_pruned", "SAMPLE_ROWS"]
+__all__ = ["Pruned", "rank_pruned", "rank_literal", "SAMPLE_ROWS", "LITERAL_MIN_ROWS"]
 
 SAMPLE_ROWS = 32_768  # base rows whose int8 codes estimate the count of vector-only matches
+LITERAL_MIN_ROWS = INT8_MIN_ROWS  # a BM25-only search of a shard this big reads it through bounds too
 _SLACK = 1e-5  # float32 rounding of cosines, added to every bound
 
 
@@ -216,6 +217,51 @@ def _vector_only(shard: Shard, lexical: Callable[[np.ndarray], np.ndarray], cos:
     return count, len(rows)
 
 
+def _exclude(shard: Shard, special: np.ndarray, floor: float, now_us: int, out: Pruned) -> np.ndarray:
+    """The recall filter over the matches among the special rows: lists each exclusion, returns the excluded rows."""
+    flagged = FLAGGED_CODE[shard.review[special]]
+    low = ~flagged & (shard.conf[special] < floor)
+    window = ~flagged & ~low & ((shard.vfrom[special] > now_us) | (shard.vuntil[special] <= now_us))
+    for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
+        out.exclusions.extend((int(r), reason) for r in special[mask].tolist())
+    return np.sort(special[flagged | low | window])
+
+
+def rank_literal(shard: Shard, qtids: list[int], *, recall: bool, floor: float, now_us: int, limit: int,
+                 prf_docs: int, feedback: Callable[[np.ndarray], dict[int, float]]) -> Pruned | None:
+    """BM25-only ranking of a big shard (no vectors: every count exact), None below `LITERAL_MIN_ROWS`."""
+    if shard.n < LITERAL_MIN_ROWS:
+        return None
+    scores = QueryScores(shard.lex, shard.n, qtids, shard.alive, shard.n_dead, shard.memo)
+    if scores.matched <= prf_docs:  # whether feedback runs depends on the count of matches: score every row
+        return None
+    extra = feedback(scores.highest(prf_docs)[0])
+    if extra:
+        scores.add_feedback(extra)
+    out = Pruned(rows=np.zeros(0, dtype=np.int64), score={}, lexical={}, similarity={}, total=scores.matched,
+                 total_lexical=scores.matched, sample=0)
+    excluded = np.zeros(0, dtype=np.int64)
+    if recall:
+        special = _specials(shard, floor)
+        excluded = _exclude(shard, special[scores.is_lexical(special)], floor, now_us, out)
+        if len(excluded) > 20_000:
+            return None
+    want = limit + len(excluded)
+    while True:  # the best matches; a row only feedback terms reach is no match
+        rows, values = scores.highest(want)
+        keep = ~np.isin(rows, excluded) & scores.is_lexical(rows)
+        if np.count_nonzero(keep) >= limit or len(rows) < want:
+            break
+        want *= 2
+    rows, values = rows[keep], values[keep]
+    order = np.lexsort((-rows, -values))[:limit]  # best first; ties go to the newer record, as rank_shard orders
+    out.rows = rows[order]
+    for r, v in zip(out.rows.tolist(), values[order].tolist()):
+        out.score[r] = out.lexical[r] = v
+    out.similarity = {}
+    return out
+
+
 def rank_pruned(shard: Shard, qtids: list[int], query: np.ndarray, *, lexical_weight: float, min_similarity: float,
                 recall: bool, floor: float, now_us: int, limit: int, prf_docs: int,
                 feedback: Callable[[np.ndarray], dict[int, float]]) -> Pruned | None:
@@ -263,13 +309,7 @@ def rank_pruned(shard: Shard, qtids: list[int], query: np.ndarray, *, lexical_we
         special = _specials(shard, floor)
         if np.count_nonzero(~lexical(special)) > 20_000:  # too many to check one by one: scan instead
             return None
-        special = special[matches(special)]
-        flagged = FLAGGED_CODE[shard.review[special]]
-        low = ~flagged & (shard.conf[special] < floor)
-        window = ~flagged & ~low & ((shard.vfrom[special] > now_us) | (shard.vuntil[special] <= now_us))
-        for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
-            out.exclusions.extend((int(r), reason) for r in special[mask].tolist())
-        excluded = np.sort(special[flagged | low | window])
+        excluded = _exclude(shard, special[matches(special)], floor, now_us, out)
     chosen = _top(scores, best, limit, cos, w, matches, excluded)
     if chosen is None:
         return None

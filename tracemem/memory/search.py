@@ -31,13 +31,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
-from .pruned import rank_pruned
+from .pruned import rank_literal, rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
 from .vectors import RERANK
 
-__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
+__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT", "best_of"]
 
 PRF_DOCS = 5
 PRF_TERMS = 10
@@ -218,7 +218,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     n = shard.n
     alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
-    if query_vec is not None and limit is not None and shard.vecs is not None and shard.vecs.mode() == "int8":
+    if limit is not None and (query_vec is None or (shard.vecs is not None and shard.vecs.mode() == "int8")):
         pruned = _pruned(shard, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
         if pruned is not None:
             return pruned
@@ -254,7 +254,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
         if sims is not None:
             sims.rerank(fuse(lex_c), everyone, PRF_DOCS)
         score_c = fuse(lex_c)
-        top = cand_rows[np.argpartition(-score_c, PRF_DOCS - 1)[:PRF_DOCS]]
+        top = cand_rows[best_of(cand_rows, score_c, PRF_DOCS)]
         extra = _feedback_terms(shard, top, qtids)
         if extra:
             lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
@@ -281,30 +281,43 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     keep = cand_rows[eligible]
     score = out.score
     if limit is not None and len(keep) > limit:
-        part = np.argpartition(-score[keep], limit - 1)[:limit]
         out.cut = len(keep) - limit
-        keep = keep[part]
+        keep = keep[best_of(keep, score[keep], limit)]
     # best first; ties go to the newer record (higher row)
     order = np.lexsort((-keep, -score[keep]))
     out.rows = keep[order]
     return out
 
 
-def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray, lexical_weight: float,
+def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray | None, lexical_weight: float,
             min_similarity: float, recall: bool, floor: float, now: datetime, limit: int) -> Ranking | None:
-    """rank_pruned's answer as a Ranking (None: its bounds did not close; scan every vector instead)."""
-    got = rank_pruned(shard, qtids, query_vec, lexical_weight=lexical_weight, min_similarity=min_similarity,
-                      recall=recall, floor=floor, now_us=to_micros(now, 0), limit=limit, prf_docs=PRF_DOCS,
-                      feedback=lambda top: _feedback_terms(shard, top, qtids))
+    """rank_pruned's (rank_literal's without a query vector) answer as a Ranking; None: score every row instead."""
+    args = dict(recall=recall, floor=floor, now_us=to_micros(now, 0), limit=limit, prf_docs=PRF_DOCS,
+                feedback=lambda top: _feedback_terms(shard, top, qtids))
+    if query_vec is None:
+        got = rank_literal(shard, qtids, **args)  # type: ignore[arg-type]
+    else:
+        got = rank_pruned(shard, qtids, query_vec, lexical_weight=lexical_weight, min_similarity=min_similarity,
+                          **args)  # type: ignore[arg-type]
     if got is None:
         return None
-    out = Ranking(rows=got.rows, score=got.score, lexical=got.lexical, similarity=got.similarity, total=got.total,
-                  scan="pruned", total_lexical=got.total_lexical, sample=got.sample)
+    out = Ranking(rows=got.rows, score=got.score, lexical=got.lexical, similarity=got.similarity if query_vec is not None
+                  else None, total=got.total, scan="pruned" if query_vec is not None else None,
+                  total_lexical=got.total_lexical if query_vec is not None else None, sample=got.sample or None)
     for row, reason in got.exclusions:
         out.counts[reason] += 1
         out.exclusions.append((row, reason, _detail(shard, row, reason, floor)))
     out.cut = max(0, got.total - len(got.exclusions) - len(got.rows))
     return out
+
+
+def best_of(rows: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best rows by score, ties to the newer record (higher row): the same k every time."""
+    if len(rows) <= k:
+        return np.arange(len(rows))
+    kth = score[np.argpartition(-score, k - 1)[k - 1]]
+    near = np.flatnonzero(score >= kth)
+    return near[np.lexsort((-rows[near], -score[near]))[:k]] if len(near) > k else near
 
 
 def _detail(shard: Shard, row: int, reason: str, floor: float) -> str:
