@@ -60,7 +60,8 @@ class QueryScores:
 
     # -- state ----------------------------------------------------------------------------
     def _set(self, rows: np.ndarray, partial: np.ndarray) -> None:
-        """Bounded mode: the rows a rare term reaches (ascending), their partial sums, room for exact scores."""
+        """Bounded mode: the rows a rare term reaches (ascending before feedback), their partial sums, room for
+        their exact scores."""
         self.rows, self.partial = rows, partial
         self._known = np.full(len(rows), np.nan)
 
@@ -74,7 +75,7 @@ class QueryScores:
         """From now on a row's score is its query score plus its feedback terms' (as rank_shard adds them)."""
         self.extra = TermScores(self.lex, self.n, list(weights), weights)
         self.feedback = weights
-        if self.dense is None:  # the feedback terms' sums merged into the query's (only bounds: any order)
+        if self.dense is None:  # the feedback terms' sums added to the query's (only bounds: any order)
             rows, values = self._live(*sparse_sum([self.extra.rare]))
             at = np.searchsorted(self.rows, rows)
             found = np.zeros(len(rows), dtype=bool)
@@ -82,7 +83,8 @@ class QueryScores:
                 found = self.rows[np.minimum(at, len(self.rows) - 1)] == rows
             partial = self.partial.copy()
             partial[at[found]] += values[found]
-            self._set(np.insert(self.rows, at[~found], rows[~found]), np.insert(partial, at[~found], values[~found]))
+            # rows only feedback terms reach go after the others: `rows` is no longer ascending from here on
+            self._set(np.concatenate([self.rows, rows[~found]]), np.concatenate([partial, values[~found]]))
         else:
             self.dense_extra, self._total = self._score(list(weights), weights), None
 
@@ -154,8 +156,9 @@ class QueryScores:
             idx = np.flatnonzero(self.partial >= x - self._slack() - _tol(x))
             if len(idx) <= DENSE_ROWS:
                 values = self._exact_at(idx)
-                keep = values >= x
-                return self.rows[idx[keep]], values[keep]
+                keep = idx[values >= x]
+                order = np.argsort(self.rows[keep])
+                return self.rows[keep][order], values[values >= x][order]
             self._go_dense()
         rows = self._dense_from(x - self._slack() - _tol(x))
         values = self.exact(rows)
