@@ -115,6 +115,7 @@ def child_search(db: str, n_queries: int, check_exact: int) -> dict:
     cpu_ms = 1000 * (time.process_time() - cpu0) / (2 * len(times))  # both threads of DuckDB and numpy count
     rss, peak, anon, mapped = rss_mb()
     out = {"anon_mb": anon, "file_mb": mapped, "cpu_ms": cpu_ms,"open_s": t_open, "first_s": t_first, "import_s": t_import, "scan": first.scan,
+           "count": "estimated" if first.count_estimated else "exact",
            "p50_ms": 1000 * statistics.median(times), "p95_ms": 1000 * float(np.percentile(times, 95)),
            "recall_p50_ms": 1000 * statistics.median(rec_times), "rss_mb": rss, "peak_mb": peak,
            "rebuilt": store.memory.rebuilt_subjects, "records": store.memory.shard(SUBJECT).live_count()}
@@ -158,7 +159,7 @@ def measure(folder: Path, n: int, budget: float, queries: int, check_exact: int)
     print(f"  fresh process: open {1000 * opened['open_s']:.0f} ms, first search {1000 * opened['first_s']:.0f} ms, "
           f"search p50 {opened['p50_ms']:.2f} ms p95 {opened['p95_ms']:.2f} ms, CPU {opened['cpu_ms']:.1f} ms/search "
           f"(recall=True p50 "
-          f"{opened['recall_p50_ms']:.2f}), scan {opened['scan']}, RSS {opened['rss_mb']:,.0f} MB (peak "
+          f"{opened['recall_p50_ms']:.2f}), scan {opened['scan']} (match count {opened['count']}), RSS {opened['rss_mb']:,.0f} MB (peak "
           f"{opened['peak_mb']:,.0f}; anonymous {opened['anon_mb']:,.0f}, mapped files {opened['file_mb']:,.0f}), rebuilt {opened['rebuilt'] or 'nothing'}"
           + (f"; {opened['scan']} scan against float32 on {check_exact} queries: top-10 recall "
              f"{opened['recall_vs_float32']:.3f}, matching-count difference {100 * opened['count_diff']:.2f}% "

@@ -329,7 +329,7 @@ class Memory:
 
     # -- search ----------------------------------------------------------------------------
     def _fetch(self, ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        return self.sql.fetch_records(self.con, f"memory_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
+        return self.sql.fetch_records(self.con, "memory_id = ANY(?::VARCHAR[])", [list(ids)]) if ids else []  # IN (?, ...): a hash join, 2x slower
 
     def search(self, subject: str, query: str, *, semantic: bool = True, recall: bool = False,
                limit: int | None = 10, now: datetime | None = None) -> SearchResult:
@@ -381,12 +381,12 @@ class Memory:
                 if shard is None or not shard.n:
                     return result
             assert records is not None
-            scan = shard.vecs.mode() if shard.vecs is not None and mode == "semantic" else None
+            scan = ranking.scan or (shard.vecs.mode() if shard.vecs is not None and mode == "semantic" else None)
             scan_recall = shard.vecs.int8_recall if scan == "int8" and shard.vecs is not None else None
             excluded = [Exclusion(memory_id=shard.id_at(r), reason=why, detail=d)  # type: ignore[arg-type]
                         for r, why, d in ranking.exclusions]
         return result.model_copy(update=dict(
-            scan=scan, scan_recall=scan_recall, records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
+            scan=scan, scan_recall=scan_recall, **ranking.count_fields(), records=records, total_before_filter=ranking.total, cut_by_limit=ranking.cut, excluded=excluded,
             excluded_flagged=ranking.counts["flagged"], excluded_below_floor=ranking.counts["below_floor"],
             excluded_out_of_window=ranking.counts["out_of_window"]))
 

@@ -80,6 +80,8 @@ class Shard:
         self.vecs = Vectors(dim, a) if dim else None
         self.lex = LexicalIndex(arrays=a, vocab=vocab)
         self.dirty = arrays is None  # a new shard has nothing on disk yet
+        self.version = 0  # bumped by every change of a row's filter columns or liveness (keys `memo`)
+        self.memo: dict[str, Any] = {}  # values derived from the rows by search, each stored with its key
 
     @property
     def flagged(self) -> np.ndarray:
@@ -121,6 +123,7 @@ class Shard:
         self.review[row] = REVIEW_CODE[rec[_COL["review_state"]]]
         self.vfrom[row] = to_micros(rec[_COL["valid_from"]], MIN_US)
         self.vuntil[row] = to_micros(rec[_COL["valid_until"]], MAX_US)
+        self.version += 1
         self.dirty = True
 
     def append_many(self, recs: Sequence[Sequence[Any]], vecs: np.ndarray | None) -> None:
@@ -161,6 +164,7 @@ class Shard:
         if row >= len(self._base_ids):
             self._tail_ids[row - len(self._base_ids)] = None
         self.n_dead += 1
+        self.version += 1
         self.dirty = True
 
     def needs_compaction(self) -> bool:
@@ -192,7 +196,11 @@ class Shard:
 
     # -- queries -------------------------------------------------------------------------
     def indexed_count(self) -> int:
-        return int(np.count_nonzero(self.has_vec[: self.n] & self.alive[: self.n]))
+        key = (self.version, self.n)  # has_vec changes only with appended rows, alive with retired ones
+        if self.memo.get("indexed_key") != key:
+            self.memo["indexed_key"] = key
+            self.memo["indexed"] = int(np.count_nonzero(self.has_vec[: self.n] & self.alive[: self.n]))
+        return self.memo["indexed"]
 
 
 class VectorIndex:

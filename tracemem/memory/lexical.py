@@ -72,6 +72,8 @@ class LexicalIndex:
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._sat: dict[int, tuple[float, np.ndarray]] = {}
         self._sat_size = 0
+        self._sat_bound: dict[int, tuple[float, int, float]] = {}
+        self._shortest = (-1, 0.0)  # (rows counted, shortest non-empty length among them)
         self._n_rows = self._n_base_rows
         self._n_alive = self._n_base_rows
         self._total_len = float(self._len[: self._n_rows].sum())
@@ -180,27 +182,72 @@ class LexicalIndex:
     def score(self, tids: Iterable[int], n_rows: int, weights: Mapping[int, float] | None = None) -> np.ndarray:
         """BM25 score of every row for the term ids (each distinct term counted once)."""
         out = np.zeros(n_rows, dtype=np.float64)
-        if self._n_alive <= 0:
-            return out
-        avg = max(self._total_len / self._n_alive, 1e-9)
         for tid in dict.fromkeys(tids):
-            if self._df[tid] <= 0:
-                continue
-            rows, tf = self._postings(tid)
-            if len(rows) and rows[-1] >= n_rows:
-                keep = rows < n_rows
-                rows, tf = rows[keep], tf[keep]
-            w = self.idf(tid) * (weights.get(tid, 1.0) if weights else 1.0)
-            out[rows] += w * self._saturation(tid, rows, tf, avg)
+            got = self.weighted_postings(tid, n_rows, weights.get(tid, 1.0) if weights else 1.0)
+            if got is not None:
+                rows, sat, w = got
+                out[rows] += w * sat
         return out
+
+    def weighted_postings(self, tid: int, n_rows: int, weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The rows below `n_rows` holding a term, their saturations and the term's weight (idf * `weight`).
+
+        A row's score from the term is `w * sat` exactly as `score` adds it; None when
+        no live row holds the term.
+        """
+        got = self.postings(tid, n_rows)
+        if got is None:
+            return None
+        rows, tf = got
+        return rows, self._saturation(tid, rows, tf, self._avg()), self.idf(tid) * weight
+
+    def postings(self, tid: int, n_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows below `n_rows` holding a term (ascending) and its counts in them; None when no live row does."""
+        if self._n_alive <= 0 or self._df[tid] <= 0:
+            return None
+        rows, tf = self._postings(tid)
+        if len(rows) and rows[-1] >= n_rows:
+            keep = rows < n_rows
+            rows, tf = rows[keep], tf[keep]
+        return rows, tf
+
+    def saturation(self, rows: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        """The saturations of some postings (rows and counts), each the float `score` weighs a row by (not cached)."""
+        k1, b = self.k1, self.b
+        return tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self._len[rows] / self._avg()))
+
+    def saturation_bound(self, tid: int, n_rows: int) -> float:
+        """At least the largest saturation among a term's postings below `n_rows` (cheap; cached while it holds).
+
+        Saturation grows with the count and shrinks with the length, so the term's
+        largest count in the shortest document bounds it.
+        """
+        got = self.postings(tid, n_rows)
+        if got is None:
+            return 0.0
+        rows, tf = got
+        avg = self._avg()
+        hit = self._sat_bound.get(tid)
+        if hit is None or hit[0] != avg or hit[1] != len(rows):
+            if self._shortest[0] != n_rows:  # lengths are set once per row: the key is the row count
+                lens = self._len[:n_rows]
+                self._shortest = (n_rows, float(lens[lens > 0].min()) if (lens > 0).any() else 0.0)
+            shortest = self._shortest[1]
+            top = float(tf.max()) if len(tf) else 0.0
+            k1, b = self.k1, self.b
+            bound = top * (k1 + 1.0) / (top + k1 * (1.0 - b + b * shortest / avg)) if top > 0 else 0.0
+            hit = self._sat_bound[tid] = (avg, len(rows), bound * (1.0 + 1e-12))
+        return hit[2]
+
+    def _avg(self) -> float:
+        return max(self._total_len / self._n_alive, 1e-9) if self._n_alive > 0 else 1e-9
 
     def _saturation(self, tid: int, rows: np.ndarray, tf: np.ndarray, avg: float) -> np.ndarray:
         """tf (k1 + 1) / (tf + k1 (1 - b + b len / avg)) of a term's postings, cached while avg holds."""
         hit = self._sat.get(tid)
         if hit is not None and hit[0] == avg and len(hit[1]) == len(rows):
             return hit[1]
-        k1, b = self.k1, self.b
-        sat = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self._len[rows] / avg))
+        sat = self.saturation(rows, tf)
         if self._sat_size + len(sat) > 4_000_000:  # ~32 MB: a cache, not a second index
             self._sat.clear()
             self._sat_size = 0

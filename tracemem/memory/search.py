@@ -15,6 +15,10 @@ Honesty. A candidate is a live record of the subject that matches the query
 `recall=True` every candidate that is flagged, under the floor or outside its
 validity window is excluded *before* the top-k cut and counted, so that, when
 the limit cuts nothing, `len(records) + excluded == total_before_filter`.
+A shard scanned through int8 codes (a big one) is ranked through bounds instead
+(pruned.py): the same records and filters as a float32 scan, but the count of
+records matching by vector alone is estimated from a sample, and the result
+says so (`count_estimated`): there the equation holds only approximately.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
+from .pruned import rank_literal, rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
 from .vectors import RERANK
 
-__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT"]
+__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT", "best_of"]
 
 PRF_DOCS = 5
 PRF_TERMS = 10
@@ -77,8 +82,11 @@ class SearchResult(BaseModel):
     total_before_filter: int = 0
     cut_by_limit: int = 0
     excluded: list[Exclusion] = []
-    scan: Literal["float32", "int8"] | None = None  # how vectors were scanned (None: no vector search ran)
+    scan: Literal["float32", "int8", "pruned"] | None = None  # how vectors were scanned (None: no vector search ran)
     scan_recall: float | None = None  # int8 only: top-10 recall vs float32, measured when the index was saved
+    count_estimated: bool = False  # pruned: vector-only matches estimated from a sample (see memory/pruned.py)
+    total_lexical: int | None = None  # pruned: the matches that share a query term (counted exactly)
+    count_sample: int | None = None  # pruned: how many of the shard file's rows the estimate sampled
 
     @property
     def excluded_total(self) -> int:
@@ -111,6 +119,11 @@ class SearchResult(BaseModel):
             lines.append(f"literal search (BM25) for subject {self.subject!r}")
         if self.no_match:
             lines.append("no match: no record of this subject matches the query")
+        elif self.count_estimated:
+            lines.append(f"{len(self.records)} returned of about {self.total_before_filter} matching: "
+                         f"{self.total_lexical} share a query term (counted exactly), about "
+                         f"{self.total_before_filter - (self.total_lexical or 0)} more by vector similarity alone "
+                         f"(estimated from {self.count_sample} sampled records)")
         else:
             lines.append(f"{len(self.records)} returned of {self.total_before_filter} matching"
                          + (f" ({self.cut_by_limit} beyond the limit)" if self.cut_by_limit else ""))
@@ -121,6 +134,9 @@ class SearchResult(BaseModel):
             measured = (f"top-10 recall {self.scan_recall:.3f} against a float32 scan, measured when the index "
                         f"was saved" if self.scan_recall is not None else "recall against float32 not measured yet")
             lines.append(f"approximate vector scan (int8, best candidates re-scored in float32): {measured}")
+        if self.scan == "pruned":
+            lines.append("float32 similarities only for the records whose BM25 part or int8 bound lets them reach "
+                         "the top: the same ranking and filters as a float32 scan of every record")
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return "\n".join(lines)
@@ -131,13 +147,20 @@ class Ranking:
     """Output of rank_shard: chosen rows best-first with their score parts, and the counts."""
 
     rows: np.ndarray
-    score: np.ndarray
-    lexical: np.ndarray
-    similarity: np.ndarray | None
+    score: np.ndarray | dict[int, float]  # by row (a dict: only the chosen rows)
+    lexical: np.ndarray | dict[int, float]
+    similarity: np.ndarray | dict[int, float] | None
     total: int = 0
     cut: int = 0
     exclusions: list[tuple[int, str, str]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"flagged": 0, "below_floor": 0, "out_of_window": 0})
+    scan: str | None = None  # "pruned" when rank_pruned ranked (else the vectors' scan mode applies)
+    total_lexical: int | None = None
+    sample: int | None = None
+
+    def count_fields(self) -> dict[str, Any]:
+        """The SearchResult fields that say whether `total` is counted or estimated."""
+        return {"count_estimated": bool(self.sample), "total_lexical": self.total_lexical, "count_sample": self.sample}
 
 
 def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -> dict[int, float]:
@@ -195,6 +218,10 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     n = shard.n
     alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
+    if limit is not None and (query_vec is None or (shard.vecs is not None and shard.vecs.mode() == "int8")):
+        pruned = _pruned(shard, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
+        if pruned is not None:
+            return pruned
     lex = shard.lex.score(qtids, n)
     if shard.n_dead:
         lex[~alive] = 0.0
@@ -227,7 +254,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
         if sims is not None:
             sims.rerank(fuse(lex_c), everyone, PRF_DOCS)
         score_c = fuse(lex_c)
-        top = cand_rows[np.argpartition(-score_c, PRF_DOCS - 1)[:PRF_DOCS]]
+        top = cand_rows[best_of(cand_rows, score_c, PRF_DOCS)]
         extra = _feedback_terms(shard, top, qtids)
         if extra:
             lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
@@ -254,13 +281,43 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     keep = cand_rows[eligible]
     score = out.score
     if limit is not None and len(keep) > limit:
-        part = np.argpartition(-score[keep], limit - 1)[:limit]
         out.cut = len(keep) - limit
-        keep = keep[part]
+        keep = keep[best_of(keep, score[keep], limit)]
     # best first; ties go to the newer record (higher row)
     order = np.lexsort((-keep, -score[keep]))
     out.rows = keep[order]
     return out
+
+
+def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray | None, lexical_weight: float,
+            min_similarity: float, recall: bool, floor: float, now: datetime, limit: int) -> Ranking | None:
+    """rank_pruned's (rank_literal's without a query vector) answer as a Ranking; None: score every row instead."""
+    args = dict(recall=recall, floor=floor, now_us=to_micros(now, 0), limit=limit, prf_docs=PRF_DOCS,
+                feedback=lambda top: _feedback_terms(shard, top, qtids))
+    if query_vec is None:
+        got = rank_literal(shard, qtids, **args)  # type: ignore[arg-type]
+    else:
+        got = rank_pruned(shard, qtids, query_vec, lexical_weight=lexical_weight, min_similarity=min_similarity,
+                          **args)  # type: ignore[arg-type]
+    if got is None:
+        return None
+    out = Ranking(rows=got.rows, score=got.score, lexical=got.lexical, similarity=got.similarity if query_vec is not None
+                  else None, total=got.total, scan="pruned" if query_vec is not None else None,
+                  total_lexical=got.total_lexical if query_vec is not None else None, sample=got.sample or None)
+    for row, reason in got.exclusions:
+        out.counts[reason] += 1
+        out.exclusions.append((row, reason, _detail(shard, row, reason, floor)))
+    out.cut = max(0, got.total - len(got.exclusions) - len(got.rows))
+    return out
+
+
+def best_of(rows: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best rows by score, ties to the newer record (higher row): the same k every time."""
+    if len(rows) <= k:
+        return np.arange(len(rows))
+    kth = score[np.argpartition(-score, k - 1)[k - 1]]
+    near = np.flatnonzero(score >= kth)
+    return near[np.lexsort((-rows[near], -score[near]))[:k]] if len(near) > k else near
 
 
 def _detail(shard: Shard, row: int, reason: str, floor: float) -> str:

@@ -17,6 +17,10 @@ Measured before choosing: keeping the int8 scan exact by re-scoring every row
 its error bound leaves undecided touched tens of thousands of float32 rows per
 query at a million records (and kept them resident).
 
+A fused search (BM25 leading, as with the hashing embedder) of such a shard
+mostly does not scan at all: pruned.py bounds which rows can reach the top and
+computes float32 cosines for those only; this scan is its fallback.
+
 The int8 kernel comes from the optional `numkong` package
 (`pip install 'tracemem-agents[scale]'`).
 """
@@ -28,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Vectors", "quantize", "int8_kernel", "INT8_MIN_ROWS", "RERANK"]
+__all__ = ["Vectors", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS", "RERANK"]
 
 INT8_MIN_ROWS = 250_000  # below this the float32 matrix is small and its scan fast: stay exact
 RERANK = 32  # candidates re-scored in float32 beyond the k asked for (top-10 recall 1.000 at 1M, bench)
@@ -45,6 +49,13 @@ def int8_kernel() -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
     def dots(codes: np.ndarray, q8: np.ndarray) -> np.ndarray:
         return np.asarray(numkong.cdist(q8[None], codes, metric="dot", out_dtype="float32"))[0]
     return dots
+
+
+def query_codes(query: np.ndarray) -> tuple[np.ndarray, float]:
+    """A query vector as int8 codes and their scale (the scale of its largest component)."""
+    peak = float(np.abs(query).max())
+    sq = peak / 127.0 if peak > 0 else 1.0
+    return np.clip(np.rint(query / sq), -127, 127).astype(np.int8), sq
 
 
 def quantize(vecs: np.ndarray, chunk: int = 65_536) -> dict[str, np.ndarray]:
@@ -125,9 +136,7 @@ class Vectors:
             if self.mode() == "int8":
                 kernel = int8_kernel()
                 assert kernel is not None
-                peak = float(np.abs(query).max())
-                sq = peak / 127.0 if peak > 0 else 1.0
-                q8 = np.clip(np.rint(query / sq), -127, 127).astype(np.int8)
+                q8, sq = query_codes(query)
                 parts.append(kernel(self.codes["vec_i8"], q8) * (self.codes["vec_scale"] * np.float32(sq)))
                 approximate = True
             else:
