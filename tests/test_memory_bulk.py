@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from tracemem.memory import MEMORY_DDL, HashingEmbedder, Memory, MemoryInputError, MemoryRecord, sql
+from tracemem.memory import HashingEmbedder, Memory, MemoryInputError, MemoryRecord, sql
 from tracemem.memory.bulk import EventJSON, rows_of
 from tracemem.memory.overlap import BLOCK, MIN_ROWS
 from tracemem.memory.tables import MEMORY_COLUMNS
@@ -93,9 +93,7 @@ def test_event_json_is_the_reference_text() -> None:
 @pytest.fixture
 def con() -> duckdb.DuckDBPyConnection:
     c = duckdb.connect(":memory:")
-    c.execute("CREATE TABLE IF NOT EXISTS tracemem_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-    for stmt in MEMORY_DDL:
-        c.execute(stmt)
+    sql.ensure_tables(c)
     return c
 
 
@@ -136,9 +134,7 @@ def test_overlapped_remember_many_writes_what_one_statement_writes(con: duckdb.D
     fast = Memory(con, threading.RLock(), clock=lambda: T0)
     recs = fast.remember_many(items(n), run_id="r1")
     other = duckdb.connect(":memory:")
-    other.execute("CREATE TABLE IF NOT EXISTS tracemem_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-    for stmt in MEMORY_DDL:
-        other.execute(stmt)
+    sql.ensure_tables(other)
     slow = Memory(other, threading.RLock(), clock=lambda: T0, embedder=OneCallEmbedder())  # type: ignore[arg-type]
     slow.remember_many(items(n), run_id="r1")
     assert stored(con) == stored(other)
