@@ -178,3 +178,27 @@ def test_an_index_failure_during_the_commit_drops_the_index_not_the_rows(con: du
     monkeypatch.setattr(VectorIndex, "add_many", real)
     assert con.execute("SELECT count(*) FROM memories").fetchone() == (MIN_ROWS + 1,)  # committed, as before
     assert mem.index_is_current() and mem.shard("u").live_count() == 1 + MIN_ROWS // 2
+
+
+def test_tail_rows_grow_in_blocks_without_moving_rows() -> None:
+    """vectors.TailRows: rows appended in any chunks read back exactly, block boundaries included, and the
+    dot products are those of one matrix."""
+    from tracemem.memory.vectors import BLOCK_ROWS, TailRows
+
+    rng = np.random.default_rng(3)
+    tail, parts = TailRows(8), []
+    for size in (1, 15, 40, 1000, BLOCK_ROWS - 7, 3, BLOCK_ROWS + 5, 0, 2):
+        block = rng.standard_normal((size, 8)).astype(np.float32)
+        tail.append(block)
+        parts.append(block)
+    whole = np.concatenate(parts)
+    assert tail.n == len(whole) and len(tail.blocks) > 3
+    first = [b.ctypes.data for b in tail.blocks]
+    tail.append(rng.standard_normal((5, 8)).astype(np.float32))
+    assert [b.ctypes.data for b in tail.blocks[: len(first)]] == first  # nothing moved
+    picks = rng.integers(0, len(whole), size=500)
+    assert np.array_equal(tail.rows(picks), whole[picks])
+    q = rng.standard_normal(8).astype(np.float32)
+    got = tail.dot(q)[: len(whole)]
+    assert np.allclose(got, whole @ q, rtol=1e-5, atol=1e-5)
+    assert TailRows(8).dot(q).shape == (0,)

@@ -210,7 +210,7 @@ def _vector_only(shard: Shard, lexical: Callable[[np.ndarray], np.ndarray], cos:
     count = float(np.count_nonzero(hit)) * vecs.n_base / max(len(rows), 1)
     if vecs.n_tail:  # rows added since the file was loaded: in memory, float32, counted exactly
         lo, n = vecs.n_base, shard.n
-        tail = vecs.tail[: vecs.n_tail] @ cos.query
+        tail = vecs.tail.dot(cos.query)
         others = ~lexical(np.arange(lo, n))
         ok = (tail >= min_similarity) & others & shard.alive[lo:n] & shard.has_vec[lo:n]
         count += float(np.count_nonzero(ok))

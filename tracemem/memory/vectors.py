@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Vectors", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS", "RERANK"]
+__all__ = ["Vectors", "TailRows", "BLOCK_ROWS", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS", "RERANK"]
 
 INT8_MIN_ROWS = 250_000  # below this the float32 matrix is small and its scan fast: stay exact
 RERANK = 32  # candidates re-scored in float32 beyond the k asked for (top-10 recall 1.000 at 1M, bench)
@@ -71,6 +71,63 @@ def quantize(vecs: np.ndarray, chunk: int = 65_536) -> dict[str, np.ndarray]:
     return out
 
 
+BLOCK_ROWS = 16_384  # rows per block of the in-memory tail once it is big (24 MB at dim 384)
+
+
+class TailRows:
+    """The float32 rows added in this process, in blocks that are never moved.
+
+    Why blocks: one array grown by doubling copied every row it held at each doubling
+    (a 1.5 GB copy on the way to a million rows) and kept up to twice the memory it
+    used. Blocks double in size up to `BLOCK_ROWS`, then stay that size: appending never
+    copies what is there. Each row's dot product with a query is the same float32 sum
+    whichever block it sits in (a matrix-vector product works row by row).
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.blocks: list[np.ndarray] = []
+        self.starts: list[int] = []  # the first row of each block
+        self.n = 0
+
+    def append(self, vecs: np.ndarray) -> None:
+        vecs = np.asarray(vecs, dtype=np.float32).reshape(-1, self.dim)
+        done = 0
+        while done < len(vecs):
+            room = self.starts[-1] + len(self.blocks[-1]) - self.n if self.blocks else 0
+            if room == 0:
+                want = max(2 * len(self.blocks[-1]) if self.blocks else 16, len(vecs) - done)
+                size = min(BLOCK_ROWS, -(-want // 16) * 16)  # whole groups of 16 rows, as a matrix kernel takes them
+                self.blocks.append(np.empty((size, self.dim), dtype=np.float32))
+                self.starts.append(self.n)
+                room = size
+            take = min(room, len(vecs) - done)
+            at = self.n - self.starts[-1]
+            self.blocks[-1][at : at + take] = vecs[done : done + take]
+            done += take
+            self.n += take
+
+    def _filled(self) -> list[np.ndarray]:
+        return [blk[: min(len(blk), self.n - start)] for blk, start in zip(self.blocks, self.starts)]
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of tail rows `rows` (0 = the first row added)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(self.blocks) == 1:
+            return self.blocks[0][rows]
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        which = np.searchsorted(np.asarray(self.starts), rows, side="right") - 1
+        for b in np.unique(which).tolist():
+            hit = which == b
+            out[hit] = self.blocks[b][rows[hit] - self.starts[b]]
+        return out
+
+    def dot(self, query: np.ndarray) -> np.ndarray:
+        """Every tail row's dot product with `query`, in row order."""
+        parts = [blk @ query for blk in self._filled()]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
 class Vectors:
     """Base rows (memory-mapped float32, optional int8 codes) followed by rows added in this process."""
 
@@ -82,22 +139,19 @@ class Vectors:
         self.codes = {k: base[k] for k in ("vec_i8", "vec_scale") if k in base}
         recall = base.get("int8_recall")
         self.int8_recall = None if recall is None or not len(recall) or np.isnan(recall[0]) else float(recall[0])
-        self.tail = np.zeros((16, dim), dtype=np.float32)
-        self.n_tail = 0
+        self.tail = TailRows(dim)
         self.int8_min_rows = INT8_MIN_ROWS
+
+    @property
+    def n_tail(self) -> int:
+        return self.tail.n
 
     @property
     def n(self) -> int:
         return self.n_base + self.n_tail
 
     def append(self, vecs: np.ndarray) -> None:
-        need = self.n_tail + len(vecs)
-        if need > len(self.tail):
-            new = np.zeros((max(need, 2 * len(self.tail)), self.dim), dtype=np.float32)
-            new[: self.n_tail] = self.tail[: self.n_tail]
-            self.tail = new
-        self.tail[self.n_tail : need] = vecs
-        self.n_tail = need
+        self.tail.append(vecs)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Float32 vectors of the given rows."""
@@ -108,7 +162,7 @@ class Vectors:
             assert self.base is not None
             base_rows = rows[in_base]
             out[in_base] = self.base.rows(base_rows) if hasattr(self.base, "rows") else self.base[base_rows]
-        out[~in_base] = self.tail[rows[~in_base] - self.n_base]
+        out[~in_base] = self.tail.rows(rows[~in_base] - self.n_base)
         return out
 
     def exact(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -142,7 +196,7 @@ class Vectors:
             else:
                 parts.append(self._matrix() @ query)
         if self.n_tail:
-            parts.append(self.tail[: self.n_tail] @ query)
+            parts.append(self.tail.dot(query))
         if not parts:
             return np.zeros(0, dtype=np.float32), False
         return (np.concatenate(parts) if len(parts) > 1 else parts[0]), approximate
