@@ -167,18 +167,16 @@ class QueryScores:
 
     def highest(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The `count` live rows with the highest scores (fewer if fewer score), best first by score."""
-        if self.dense is None:
-            got = self._highest_bounded(count, strict=True)
-            if got is not None:
-                return got
-            self._go_dense()
-        return self._highest_dense(count)
+        return self._high(count, strict=True)
 
     def some_high(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to `count` live rows with high scores, best first: real rows (so their k-th score bounds the k-th
         best from below), not necessarily the best ones; cheaper than highest()."""
+        return self._high(count, strict=False)
+
+    def _high(self, count: int, strict: bool) -> tuple[np.ndarray, np.ndarray]:
         if self.dense is None:
-            got = self._highest_bounded(count, strict=False)
+            got = self._highest_bounded(count, strict=strict)
             if got is not None:
                 return got
             self._go_dense()

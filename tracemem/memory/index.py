@@ -119,10 +119,15 @@ class Shard:
             setattr(self, name, new)
 
     def set_meta(self, row: int, rec: Sequence[Any]) -> None:
-        self.conf[row] = rec[_COL["confidence"]]
-        self.review[row] = REVIEW_CODE[rec[_COL["review_state"]]]
-        self.vfrom[row] = to_micros(rec[_COL["valid_from"]], MIN_US)
-        self.vuntil[row] = to_micros(rec[_COL["valid_until"]], MAX_US)
+        self._set_meta(row, [rec])
+
+    def _set_meta(self, start: int, recs: Sequence[Sequence[Any]]) -> None:
+        """The filter columns of rows start, start+1, ... from their records, a column at a time."""
+        end = start + len(recs)
+        self.conf[start:end] = [rec[_COL["confidence"]] for rec in recs]
+        self.review[start:end] = [REVIEW_CODE[rec[_COL["review_state"]]] for rec in recs]
+        self.vfrom[start:end] = [to_micros(rec[_COL["valid_from"]], MIN_US) for rec in recs]
+        self.vuntil[start:end] = [to_micros(rec[_COL["valid_until"]], MAX_US) for rec in recs]
         self.version += 1
         self.dirty = True
 
@@ -137,11 +142,7 @@ class Shard:
         assert self._row_of is not None
         self._tail_ids.extend(ids)
         self._row_of.update(zip(ids, range(start, end)))
-        # set_meta of every row, a column at a time
-        self.conf[start:end] = [rec[_COL["confidence"]] for rec in recs]
-        self.review[start:end] = [REVIEW_CODE[rec[_COL["review_state"]]] for rec in recs]
-        self.vfrom[start:end] = [to_micros(rec[_COL["valid_from"]], MIN_US) for rec in recs]
-        self.vuntil[start:end] = [to_micros(rec[_COL["valid_until"]], MAX_US) for rec in recs]
+        self._set_meta(start, recs)
         self.alive[start : start + len(recs)] = True
         self.lex.add_many(start, [term_tuple(rec[_COL["text"]]) for rec in recs])
         self.n = start + len(recs)

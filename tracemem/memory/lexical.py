@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -213,8 +213,12 @@ class LexicalIndex:
 
     def saturation(self, rows: np.ndarray, tf: np.ndarray) -> np.ndarray:
         """The saturations of some postings (rows and counts), each the float `score` weighs a row by (not cached)."""
+        return self._formula(tf, self._len[rows], self._avg())
+
+    def _formula(self, tf: Any, length: Any, avg: float) -> Any:
+        """BM25's tf (k1 + 1) / (tf + k1 (1 - b + b len / avg)), for arrays or single values."""
         k1, b = self.k1, self.b
-        return tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self._len[rows] / self._avg()))
+        return tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length / avg))
 
     def saturation_bound(self, tid: int, n_rows: int) -> float:
         """At least the largest saturation among a term's postings below `n_rows` (cheap; cached while it holds).
@@ -234,8 +238,7 @@ class LexicalIndex:
                 self._shortest = (n_rows, float(lens[lens > 0].min()) if (lens > 0).any() else 0.0)
             shortest = self._shortest[1]
             top = float(tf.max()) if len(tf) else 0.0
-            k1, b = self.k1, self.b
-            bound = top * (k1 + 1.0) / (top + k1 * (1.0 - b + b * shortest / avg)) if top > 0 else 0.0
+            bound = self._formula(top, shortest, avg) if top > 0 else 0.0
             hit = self._sat_bound[tid] = (avg, len(rows), bound * (1.0 + 1e-12))
         return hit[2]
 

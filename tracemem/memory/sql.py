@@ -26,7 +26,7 @@ from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
 __all__ = ["transaction", "bulk_wal", "insert_records", "records_table", "insert_table", "insert_events",
            "fetch_records", "load_live", "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta",
-           "ensure_tables", "event_json", "SHARED"]
+           "ensure_tables", "event_json", "event_text", "SHARED"]
 
 SHARED = False  # one process writes a DuckDB file: its index is the truth (see memory/shared.py)
 
@@ -101,7 +101,8 @@ def _bytes(size: str) -> float:
     return float(m.group(1)) * scale
 
 
-def _arrow_records(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim: int | None) -> pa.Table:
+def records_table(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim: int | None) -> pa.Table:
+    """The Arrow table `insert_records` writes (built apart: a bulk insert builds the next while one is written)."""
     cols = list(zip(*recs)) if recs else [() for _ in MEMORY_COLUMNS]
     data: dict[str, pa.Array] = {}
     types = {
@@ -128,12 +129,7 @@ def insert_records(con: duckdb.DuckDBPyConnection, recs: Sequence[tuple[Any, ...
     """
     if not recs:
         return []
-    return insert_table(con, _arrow_records(recs, vecs, dim))
-
-
-def records_table(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim: int | None) -> pa.Table:
-    """The Arrow table `insert_records` writes (built apart: a bulk insert builds the next while one is written)."""
-    return _arrow_records(recs, vecs, dim)
+    return insert_table(con, records_table(recs, vecs, dim))
 
 
 def insert_table(con: duckdb.DuckDBPyConnection, table: pa.Table) -> list[tuple[str, Fingerprint, int]]:
@@ -152,8 +148,9 @@ def event_json(value: dict[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(value, default=str, sort_keys=True)
 
 
-def _js(value: dict[str, Any] | str | None) -> str | None:
-    return value if isinstance(value, str) else event_json(value)  # a str is already event_json's text (bulk.py)
+def event_text(value: dict[str, Any] | str | None) -> str | None:
+    """`event_json`, or the text as it is when a caller made it already (remember events: memory/bulk.py)."""
+    return value if isinstance(value, str) else event_json(value)
 
 
 def insert_events(con: duckdb.DuckDBPyConnection, events: Sequence[tuple[str, str, Any, Any, str | None, datetime, str | None]]) -> None:
@@ -163,12 +160,12 @@ def insert_events(con: duckdb.DuckDBPyConnection, events: Sequence[tuple[str, st
     if len(events) == 1:
         mid, ev, old, new, run_id, at, reason = events[0]
         con.execute('INSERT INTO memory_events (memory_id, event, old, new, run_id, "at", reason) VALUES (?, ?, ?, ?, ?, ?, ?)',
-                    [mid, ev, _js(old), _js(new), run_id, at, reason])
+                    [mid, ev, event_text(old), event_text(new), run_id, at, reason])
         return
     mids, evs, olds, news, runs, ats, reasons = zip(*events)
     tbl = pa.table({
         "memory_id": pa.array(mids, pa.string()), "event": pa.array(evs, pa.string()),
-        "old": pa.array([_js(o) for o in olds], pa.string()), "new": pa.array([_js(n) for n in news], pa.string()),
+        "old": pa.array([event_text(o) for o in olds], pa.string()), "new": pa.array([event_text(n) for n in news], pa.string()),
         "run_id": pa.array(runs, pa.string()), "at": pa.array(ats, pa.timestamp("us")),
         "reason": pa.array(reasons, pa.string()),
     })

@@ -200,8 +200,8 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
         if not rows:
             continue
         width = len(_READ[name][1])
-        run_of = itemgetter(_layout(name, True, rowid)[1][0])
-        for rid, group in groupby(rows, run_of) if many else [(ids[0], rows)]:
+        groups = groupby(rows, itemgetter(_layout(name, True, rowid)[1][0])) if many else [(ids[0], rows)]
+        for rid, group in groups:
             record = records.get(rid)
             if record is None:
                 record = records[rid] = Record()

@@ -15,17 +15,16 @@ on either database. Two things are new here because other processes write the sa
 """
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from ...memory import fingerprint
 from ...memory.fingerprint import Fingerprint
-from ...memory.sql import update_statement
+from ...memory.sql import event_text, update_statement
 from ...memory.tables import MEMORY_COLUMNS
 from .connection import PgConnection
 from .copy import copy_table
@@ -40,12 +39,6 @@ _KINDS = {"tags": pa.list_(pa.string()), "confidence": pa.float64(), "source_ste
           "valid_from": _TS, "valid_until": _TS, "created_at": _TS, "updated_at": _TS, "deleted_at": _TS}
 _EVENT_COLS = ["memory_id", "event", "old", "new", "run_id", "at", "reason"]
 _EVENT_KINDS = [pa.string()] * 5 + [_TS, pa.string()]
-
-
-def _js(value: Union[dict[str, Any], str, None]) -> Optional[str]:
-    if isinstance(value, str):  # already the JSON text (memory/bulk.py builds it for remember events)
-        return value
-    return None if value is None else json.dumps(value, default=str, sort_keys=True)
 
 
 class PgMemorySQL:
@@ -95,7 +88,7 @@ class PgMemorySQL:
     def insert_events(self, con: PgConnection, events: Sequence[tuple[Any, ...]]) -> None:
         if not events:
             return
-        rows = [(mid, ev, _js(old), _js(new), run_id, at, reason) for mid, ev, old, new, run_id, at, reason in events]
+        rows = [(mid, ev, event_text(old), event_text(new), run_id, at, reason) for mid, ev, old, new, run_id, at, reason in events]
         copy_table(con, "memory_events", _EVENT_COLS, _EVENT_KINDS, [list(c) for c in zip(*rows)])
 
     def fetch_records(self, con: PgConnection, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
