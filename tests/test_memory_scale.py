@@ -146,6 +146,30 @@ def test_bulk_commit_restores_the_checkpoint_threshold(tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM memories").fetchall()[0][0] == sql.BULK_ROWS
 
 
+def test_bulk_commit_forces_alp_for_its_checkpoint_then_restores_the_choice(tmp_path: Path) -> None:
+    path = tmp_path / "m.duckdb"
+    con = duckdb.connect(str(path))
+    setting = "SELECT lower(current_setting('force_compression'))"
+    mem = Memory(con)
+    mem.remember_many([{"subject": "u", "text": f"fact number {i} about cellos"} for i in range(sql.BULK_ROWS)])
+    vectors = "SELECT memory_id, embedding FROM memories ORDER BY memory_id"
+    before = con.execute(vectors).fetchall()
+    assert con.execute(setting).fetchall()[0][0] == "auto"  # restored after the bulk commit
+    with sql.bulk_wal(con, sql.BULK_ROWS):
+        assert con.execute(setting).fetchall()[0][0] == "alp"
+        con.execute("CHECKPOINT")  # what an automatic checkpoint in the bulk commit would write
+    assert con.execute(setting).fetchall()[0][0] == "auto"
+    con.close()
+    con = duckdb.connect(str(path))  # the vectors read back from the file bit for bit as they were written
+    assert con.execute(vectors).fetchall() == before and len(before) == sql.BULK_ROWS
+    assert con.execute("SELECT count(DISTINCT compression) FROM pragma_storage_info('memories') "
+                       "WHERE segment_type = 'FLOAT' AND compression = 'ALP'").fetchall()[0][0] == 1
+    con.execute("SET force_compression = 'uncompressed'")  # a user's own choice is left alone
+    with sql.bulk_wal(con, sql.BULK_ROWS):
+        assert con.execute(setting).fetchall()[0][0] == "uncompressed"
+    con.close()
+
+
 def test_hashing_embedder_bulk_path_matches_its_feature_definition() -> None:
     emb = HashingEmbedder(bigram_weight=0.5)
     texts = ["The Café’s PAINTINGS were painted", "", "the of and", "aaaa aaaa bbbb", "Caroline: I went paddling"]
