@@ -325,7 +325,7 @@ class StoreSink:
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
-        if self.durability == "run" and run.resumed_from is None:
+        if run.resumed_from is None:
             run = queued(run)  # the writer's copy, its records plain tuples (see backlog.queued)
         writer.on_end(run)
         runlog = writer.runlog
