@@ -23,9 +23,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Optional
 
 from ..errors import StoreError
+from ..record import Write
 from ..run import Run
 from .batch import rows_since
 
@@ -37,6 +39,23 @@ BATCH_COST = 32_000
 """Default bound of one batch (a single run larger than this is still written whole, alone)."""
 
 
+_VALUE = itemgetter(Write._fields.index("value"))
+
+
+def queued(run: Run) -> Run:
+    """The run as the backlog keeps it: a Run with the same attributes (its notes and rows shared, so what
+    the writer notes reaches the caller's Run) but its steps, reads and writes as plain tuples.
+    Why: the garbage collector stops tracking a tuple of plain values, never a NamedTuple. Runs wait for
+    the writer long enough to be promoted to the oldest generation, where ~50 Step/Read/Write records a
+    run would make full collections more frequent and each one walk them; the caller's Run keeps its
+    records as they are."""
+    kept = object.__new__(Run)
+    kept.__dict__.update(run.__dict__)
+    kept.steps, kept.reads, kept.writes = (list(map(tuple, run.steps)), list(map(tuple, run.reads)),
+                                           list(map(tuple, run.writes)))
+    return kept
+
+
 def cost_of(run: Run) -> int:
     """The writer's work for a run: rows, plus one per 64 characters of JSON values and extra rows' text
     (of a resumed run, only what came after the resume: its record before is in the tables already)."""
@@ -44,10 +63,8 @@ def cost_of(run: Run) -> int:
     extra = rows_since(run, counts)
     rows = (1 + len(run.steps) - steps + len(run.reads) - reads + len(run.writes) - writes
             + len(run.decisions) - decisions + len(extra))
-    text = len(run.input_json or "") + len(run.output_json or "")
-    for w in run.writes[writes:]:
-        if w.value is not None:
-            text += len(w.value)
+    text = (len(run.input_json or "") + len(run.output_json or "")
+            + sum(map(len, filter(None, map(_VALUE, run.writes[writes:])))))
     for _, row in extra:
         for value in row.values():
             if type(value) is str:

@@ -96,8 +96,10 @@ def _text(value: Any) -> str:
         return f"<{type(value).__name__}: str() raised {type(err).__name__}>"
 
 
-def _free_json(decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> Optional[bytes]:
+def _free_json(decisions: Sequence[Decision], rows: Sequence[tuple[str, dict[str, Any]]]) -> Optional[bytes]:
     """The free-form part: decisions (with their evidence) and extra table rows, telemetry rows left out."""
+    if not decisions and not rows:  # most runs of a plain pipeline: nothing to build
+        return None
     free: dict[str, Any] = {}
     kept_decisions = [tuple(d) for d in decisions]
     if kept_decisions:

@@ -16,6 +16,7 @@ import copy
 import json
 import threading
 from collections import OrderedDict
+from operator import itemgetter
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..dbmeta import first_row
@@ -30,15 +31,26 @@ from .retention import pruned_at
 
 
 class Ended(NamedTuple):
-    """What a recorded run adds to the state of the run it continued (kept by reference: no copies)."""
+    """What a recorded run adds to the state of the run it continued (its values by reference: no copies)."""
 
     continues: Optional[str]
     thread_id: Optional[str]
     pipeline: str
     schema: Any
     input_json: str
-    steps: list[Step]
-    writes: list[Write]
+    writes: list[tuple]  # its committed writes' fields as plain tuples (see backlog.queued: kept for 256 runs,
+    #                      Write NamedTuples would be walked by every garbage collection meanwhile)
+
+
+_STATUS, _STEP, _VALUE = Step._fields.index("status"), Write._fields.index("step"), Write._fields.index("value")
+
+
+def committed(run: Run) -> list[tuple]:
+    """A run's writes outside failed steps, as plain tuples (`Write` fields)."""
+    if all(s[_STATUS] == "ok" for s in run.steps):
+        return list(map(tuple, run.writes))  # (the same objects when they are plain tuples already)
+    failed = {s[_STEP] for s in run.steps if s[_STATUS] != "ok"}
+    return [tuple(w) for w in run.writes if w[_STEP] not in failed]
 
 
 class Known(NamedTuple):
@@ -79,8 +91,9 @@ class ThreadStates:
 
     def recorded(self, run: Run) -> None:
         """A run ended in this store (the store's sink calls this; nothing copied)."""
-        entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, run.steps, run.writes)
-        size = sum(len(w.value) for w in run.writes if w.value is not None)
+        writes = committed(run)
+        entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, writes)
+        size = sum(map(len, filter(None, map(itemgetter(_VALUE), writes))))
         with self.lock:
             self.ended[run.run_id] = (entry, size)
             self.held += size
@@ -102,8 +115,7 @@ class ThreadStates:
             base = {} if e.continues is None else self.states.get(e.continues)
             if base is None:
                 return None
-        failed = {s.step for s in e.steps if s.status != "ok"}
-        writes = [w for w in e.writes if w.step not in failed] if failed else e.writes
+        writes = list(map(Write._make, e.writes))
         reset = e.schema.default if e.schema else (lambda name: None)
         data = advance(base if isinstance(base, dict) else base.data, json.loads(e.input_json), writes, reset)
         return self.keep(run_id, Known(e.pipeline, e.thread_id, e.schema, data))

@@ -32,7 +32,7 @@ from ..errors import StoreError, TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
-from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
 from .journal import end_entry, part_entry, run_entry, step_entry
@@ -325,6 +325,8 @@ class StoreSink:
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
+        if run.resumed_from is None:
+            run = queued(run)  # the writer's copy, its records plain tuples (see backlog.queued)
         writer.on_end(run)
         runlog = writer.runlog
         if self.durability == "stage" and runlog is not None:
