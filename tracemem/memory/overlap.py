@@ -42,7 +42,8 @@ def remember_overlapped(con: duckdb.DuckDBPyConnection, embedder: Any, recs: Seq
                         events: Callable[[], list[tuple[Any, ...]]], index: VectorIndex, cache: IndexCache) -> None:
     """Write `recs` and their `events()` in one transaction, and add them to `index`.
 
-    The worker inserts each block while this thread embeds the next, then commits while
+    The worker inserts the events while this thread embeds the first block, each block while
+    this thread embeds the next, then commits while
     this thread adds the rows to the index. If the commit fails, the index holds rows
     the table does not: it is dropped, and the next use re-opens it from DuckDB.
     """
@@ -76,7 +77,8 @@ def remember_overlapped(con: duckdb.DuckDBPyConnection, embedder: Any, recs: Seq
 def _write(con: duckdb.DuckDBPyConnection, worker: ThreadPoolExecutor, embedder: Any, recs: Sequence[MemoryRecord],
            events: Callable[[], list[tuple[Any, ...]]]
            ) -> tuple[list[tuple[str, Fingerprint, int]], list[tuple[Any, ...]], np.ndarray]:
-    """Embed and insert `recs` block by block, then their `events()`; returns the fingerprint parts, rows, vectors.
+    """Insert the `events()` of `recs`, then embed and insert `recs` block by block; returns the fingerprint
+    parts, rows, vectors.
 
     Every write has finished when this returns or raises.
     """
@@ -84,6 +86,8 @@ def _write(con: duckdb.DuckDBPyConnection, worker: ThreadPoolExecutor, embedder:
     vecs: list[np.ndarray] = []
     writes: list[Future[Any]] = []
     try:
+        # the events first: they need no vector, and the worker is idle until the first block is embedded
+        writes.append(worker.submit(sql.insert_events, con, events()))
         blocks = binding.embed_blocks(embedder, [r.text for r in recs], BLOCK)
         for start, block in zip(range(0, len(recs), BLOCK), blocks):
             part = rows_of(recs[start : start + BLOCK])
@@ -93,8 +97,6 @@ def _write(con: duckdb.DuckDBPyConnection, worker: ThreadPoolExecutor, embedder:
             vecs.append(block)
             if any(w.done() and w.exception() is not None for w in writes):
                 break  # the first error is raised below; the rest would only fail the same way
-        else:
-            writes.append(worker.submit(sql.insert_events, con, events()))
     finally:
         wait(writes)
     added = [part for write in writes for part in (write.result() or ())]  # the first failure raises
