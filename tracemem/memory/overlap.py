@@ -13,6 +13,7 @@ every statement in order, and it has finished before this returns or raises.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence
@@ -27,10 +28,11 @@ from .fingerprint import Fingerprint
 from .index import VectorIndex
 from .records import MemoryRecord
 
-__all__ = ["BLOCK", "MIN_ROWS", "can_overlap", "remember_overlapped"]
+__all__ = ["BLOCK", "MIN_ROWS", "TAIL", "can_overlap", "remember_overlapped"]
 
 BLOCK = 1_250  # records per INSERT: small enough to overlap, big enough that a statement's fixed cost is noise
 MIN_ROWS = 2 * BLOCK
+TAIL = BLOCK // 4  # records in the last block, whose insert nothing overlaps
 
 
 def can_overlap(ops: Any, embedder: Any, n: int) -> bool:
@@ -88,9 +90,13 @@ def _write(con: duckdb.DuckDBPyConnection, worker: ThreadPoolExecutor, embedder:
     try:
         # the events first: they need no vector, and the worker is idle until the first block is embedded
         writes.append(worker.submit(sql.insert_events, con, events()))
-        blocks = binding.embed_blocks(embedder, [r.text for r in recs], BLOCK)
-        for start, block in zip(range(0, len(recs), BLOCK), blocks):
-            part = rows_of(recs[start : start + BLOCK])
+        texts = [r.text for r in recs]
+        cut = max(0, len(recs) - TAIL)  # a short last block: this thread waits for its insert alone
+        bounds = [*range(0, cut, BLOCK), cut, len(recs)] if cut else [0, len(recs)]
+        blocks = itertools.chain(binding.embed_blocks(embedder, texts[:cut], BLOCK),
+                                 binding.embed_blocks(embedder, texts[cut:], TAIL))
+        for start, end, block in zip(bounds, bounds[1:], blocks):
+            part = rows_of(recs[start:end])
             table = sql.records_table(part, block, embedder.dim)
             writes.append(worker.submit(sql.insert_table, con, table))
             rows += part
