@@ -165,6 +165,23 @@ def test_a_live_thread_in_a_store_does_not_keep_its_runs_alive(tmp_path):
     assert later.previous() is no_store  # without a store the live run is the only record: held
 
 
+def test_a_live_thread_without_a_store_keeps_one_final_state_and_replays_the_others():
+    runs, states, finals, previous = [], [], [], None
+    for i in range(20):  # failed turns, trims, in-place notes: replay must give each run's own final state
+        flow, inputs = turn(i)
+        previous = flow.run(inputs, resume=previous, raise_on_error=False)
+        runs.append(previous)
+        states.append(state(previous.output))
+        finals.append(weakref.ref(previous.output))
+    gc.collect()
+    assert [ref() is None for ref in finals] == [True] * 19 + [False]  # a run held in memory grows the heap
+    #                                            by its own record only, not by a copy of the thread's state
+    last = runs[-1].output
+    assert [state(run.output) for run in runs] == states  # the earlier ones rebuilt by replay, equal
+    assert runs[-1].output is last  # the latest keeps its own (the next turn starts from it)
+    assert [r.continues for r in runs[1:]] == [r.run_id for r in runs[:-1]]
+
+
 def test_backtrack_from_the_file_matches_the_live_walk(tmp_path):
     with Store(str(tmp_path / "b.duckdb")) as store:
         runs = build(store, 150)  # live runs, all held: the walk reads them, not the file

@@ -123,6 +123,9 @@ class Run:
                 self._previous_ref = weakref.ref(previous)
             else:
                 self._previous = previous
+                if previous.output_json is not None:  # its final state is this run's start now: kept once, not
+                    previous._output = None  # per run (`previous.output` replays it on demand), so a thread
+                    #                          held in memory grows with its turns, not their square
 
     def _held(self) -> Optional["Run"]:
         """The run this one continued, when it is at hand (held, or still alive)."""
