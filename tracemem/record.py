@@ -7,7 +7,8 @@ the run was recorded in, so they never reach into the store itself.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Literal, NamedTuple, Optional, Protocol
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence
 
 if TYPE_CHECKING:
     from .run import Run
@@ -37,6 +38,14 @@ class Write(NamedTuple):
     path: str
     verb: Verb
     value: Optional[str]
+
+
+_VALUE = itemgetter(Write._fields.index("value"))
+
+
+def value_chars(writes: Iterable[Sequence[Any]]) -> int:
+    """The characters of the JSON values some writes hold (`Write`s, or their fields as plain tuples)."""
+    return sum(map(len, filter(None, map(_VALUE, writes))))
 
 
 class Decision(NamedTuple):

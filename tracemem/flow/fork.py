@@ -103,7 +103,7 @@ def fork_conflict(ids: list[str], recs: list[StepRecorder]) -> Optional[ForkConf
         sets = [p for p, verb, _ in rec.ops if verb != "append"]
         appends = [p for p, verb, _ in rec.ops if verb == "append"]
         touched.append((sets, appends))
-    if sum(len(sets) > 0 for sets, _ in touched) == 0:  # only appends (parallel tool calls): they all merge
+    if not any(sets for sets, _ in touched):  # only appends (parallel tool calls): they all merge
         return None
     for i in range(len(recs)):
         for j in range(i + 1, len(recs)):

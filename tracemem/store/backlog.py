@@ -23,11 +23,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Optional
 
 from ..errors import StoreError
-from ..record import Write
+from ..record import value_chars
 from ..run import Run
 from .batch import rows_since
 
@@ -37,9 +36,6 @@ MAX_LAG = 0.25
 """Default bound, in seconds, of how long the oldest returned run may wait for the disk before flow.run waits."""
 BATCH_COST = 32_000
 """Default bound of one batch (a single run larger than this is still written whole, alone)."""
-
-
-_VALUE = itemgetter(Write._fields.index("value"))
 
 
 def queued(run: Run) -> Run:
@@ -64,7 +60,7 @@ def cost_of(run: Run) -> int:
     rows = (1 + len(run.steps) - steps + len(run.reads) - reads + len(run.writes) - writes
             + len(run.decisions) - decisions + len(extra))
     text = (len(run.input_json or "") + len(run.output_json or "")
-            + sum(map(len, filter(None, map(_VALUE, run.writes[writes:])))))
+            + value_chars(run.writes[writes:]))
     for _, row in extra:
         for value in row.values():
             if type(value) is str:

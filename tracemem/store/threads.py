@@ -16,12 +16,11 @@ import copy
 import json
 import threading
 from collections import OrderedDict
-from operator import itemgetter
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError, TracememError
-from ..record import Step, ThreadRun, Write
+from ..record import Step, ThreadRun, Write, value_chars
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.paths import root_of
@@ -42,7 +41,7 @@ class Ended(NamedTuple):
     #                      Write NamedTuples would be walked by every garbage collection meanwhile)
 
 
-_STATUS, _STEP, _VALUE = Step._fields.index("status"), Write._fields.index("step"), Write._fields.index("value")
+_STATUS, _STEP = Step._fields.index("status"), Write._fields.index("step")
 
 
 def committed(run: Run) -> list[tuple]:
@@ -90,10 +89,10 @@ class ThreadStates:
         self.states: OrderedDict[str, Known] = OrderedDict()
 
     def recorded(self, run: Run) -> None:
-        """A run ended in this store (the store's sink calls this; nothing copied)."""
+        """A run ended in this store (the store's sink calls this; its values are kept, not copied)."""
         writes = committed(run)
         entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, writes)
-        size = sum(map(len, filter(None, map(itemgetter(_VALUE), writes))))
+        size = value_chars(writes)
         with self.lock:
             self.ended[run.run_id] = (entry, size)
             self.held += size
