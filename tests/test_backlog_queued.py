@@ -39,11 +39,22 @@ def test_the_copy_holds_plain_tuples_that_the_collector_stops_tracking():
     assert kept.run_id == run.run_id and kept.notes is run.notes and kept.rows is run.rows
     assert [type(r) for r in kept.steps + kept.reads + kept.writes] == [tuple] * (
         len(run.steps) + len(run.reads) + len(run.writes))
-    assert kept.steps == [tuple(s) for s in run.steps] and kept.writes == [tuple(w) for w in run.writes]
+    assert kept.steps == tuple(tuple(s) for s in run.steps) and kept.writes == tuple(tuple(w) for w in run.writes)
     gc.collect()
-    assert not any(gc.is_tracked(r) for r in kept.steps + kept.reads + kept.writes)
+    gc.collect()  # a tuple is untracked once a collection finds its items untracked: the outer ones next time
+    containers = [kept.steps, kept.reads, kept.writes, kept.decisions, kept.children, kept.links]
+    assert not any(gc.is_tracked(r) for r in [*containers, *kept.steps, *kept.reads, *kept.writes])
     assert all(gc.is_tracked(s) for s in run.steps)  # NamedTuples: tracked for as long as they live
     assert isinstance(run.steps[0], Step) and isinstance(run.reads[0], Read) and isinstance(run.writes[0], Write)
+
+
+def test_the_copy_leaves_the_final_state_to_the_callers_run():
+    run = _flow().run({"x": 1})
+    kept = queued(run)
+    assert run.output == Scope(x=1, y=2, note="y=2")  # the caller's, as it was
+    assert kept.output_json == run.output_json  # what the writer stores
+    assert not any(isinstance(v, Scope) for v in gc.get_referents(kept.__dict__))  # no final state object held
+    assert kept.without is run.without is _flow().run({}).without  # a run leaving nothing out: one shared set
 
 
 def test_the_caller_keeps_its_records_and_learns_the_writers_notes(tmp_path):

@@ -19,6 +19,10 @@ from .scope.diff import Change, diff_values
 from .scope.replay import replay_thread
 from .scope.schema import ScopeSchema
 
+LEAVES_NOTHING_OUT: frozenset[str] = frozenset()
+"""A run's `without` when it leaves nothing out: one shared empty set (each `frozenset()` is a new object the
+garbage collector tracks)."""
+
 if TYPE_CHECKING:
     from .trace.trace import Trace
 
@@ -62,7 +66,7 @@ class Run:
         self.forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
         self.forked_from_step: Optional[int] = None
         self.span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
-        self.without: frozenset[str] = frozenset()  # sources ("kind:id") a counterfactual run leaves out
+        self.without: frozenset[str] = LEAVES_NOTHING_OUT  # sources ("kind:id") a counterfactual run leaves out
         self.counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
         self.resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
         self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause

@@ -40,15 +40,18 @@ BATCH_COST = 32_000
 
 def queued(run: Run) -> Run:
     """The run as the backlog keeps it: a Run with the same attributes (its notes and rows shared, so what
-    the writer notes reaches the caller's Run) but its steps, reads and writes as plain tuples.
-    Why: the garbage collector stops tracking a tuple of plain values, never a NamedTuple. Runs wait for
-    the writer long enough to be promoted to the oldest generation, where ~50 Step/Read/Write records a
-    run would make full collections more frequent and each one walk them; the caller's Run keeps its
-    records as they are."""
+    the writer notes reaches the caller's Run), its steps, reads and writes as tuples of plain tuples, and
+    without its final state object (`output_json` holds what the writer stores). Only the writer reads it.
+    Why: runs wait for the writer long enough to be promoted to the garbage collector's oldest generation,
+    and every full collection walks what is there; the more a run promotes, the more often one comes. The
+    collector stops tracking a tuple of plain values (never a list, a NamedTuple or a pydantic model), so
+    this copy promotes three objects where the caller's Run would promote ~15."""
     kept = object.__new__(Run)
     kept.__dict__.update(run.__dict__)
-    kept.steps, kept.reads, kept.writes = (list(map(tuple, run.steps)), list(map(tuple, run.reads)),
-                                           list(map(tuple, run.writes)))
+    kept.steps, kept.reads, kept.writes = (tuple(map(tuple, run.steps)), tuple(map(tuple, run.reads)),
+                                           tuple(map(tuple, run.writes)))
+    kept.decisions, kept.children, kept.links = tuple(run.decisions), tuple(run.children), tuple(run.links)
+    kept.output = None
     return kept
 
 
