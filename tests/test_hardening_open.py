@@ -17,6 +17,7 @@ from tracemem.store import Store, StoreLockedError
 from tracemem.store.log_codec import decode
 from tracemem.store.log_format import RECORD_HEADER, frame, journal_dir
 from tracemem.store.segment_log import SegmentLog
+from journal_tail import write_at_tail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -186,8 +187,7 @@ def test_a_damaged_journal_record_is_reported_never_applied_and_named_on_its_run
 def test_a_journal_record_that_is_no_entry_is_reported_never_applied(tmp_path):
     path, run_id = _crashed_file(tmp_path)
     segment = max(journal_dir(path).glob("*.seg"))
-    with open(segment, "ab") as f:  # its checksum is right: only decoding can tell
-        f.write(frame(b"not json at all"))
+    write_at_tail(segment, frame(b"not json at all"))  # its checksum is right: only decoding can tell
     said: list[str] = []
     with Store(path, log=said.append) as store:
         assert [s.stage for s in store.run(run_id).steps] == ["one", "two"]

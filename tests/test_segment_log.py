@@ -27,20 +27,25 @@ def only_segment(path: Path) -> Path:
     return seg
 
 
-@pytest.fixture(params=[False, True], ids=["appended", "preallocated"])
-def prealloc(request: pytest.FixtureRequest) -> bool:
-    return request.param
+LAYOUTS = {"appended": {"preallocate": False, "mapped": False},  # pwrite, the file grows with each record
+           "preallocated": {"preallocate": True, "mapped": False},  # pwrite into an allocated segment
+           "mapped": {"preallocate": False, "mapped": True}}  # copies into a mapping (the default without fsync)
 
 
-def test_round_trip_and_reopen(tmp_path: Path, prealloc: bool) -> None:
+@pytest.fixture(params=list(LAYOUTS))
+def layout(request: pytest.FixtureRequest) -> dict[str, bool]:
+    return LAYOUTS[request.param]
+
+
+def test_round_trip_and_reopen(tmp_path: Path, layout: dict[str, bool]) -> None:
     data = payloads(200)
-    with SegmentLog(tmp_path / "j", preallocate=prealloc, segment_bytes=8192) as log:
+    with SegmentLog(tmp_path / "j", **layout, segment_bytes=8192) as log:
         ends = [log.append(d) for d in data]
         got = log.read()
         assert [r.data for r in got.records] == data
         assert [r.end for r in got.records] == ends and got.damage == [] and got.upto == log.end == ends[-1]
         assert len(list((tmp_path / "j").glob("*.seg"))) > 3  # rotated
-    with SegmentLog(tmp_path / "j", preallocate=prealloc, segment_bytes=8192) as log:
+    with SegmentLog(tmp_path / "j", **layout, segment_bytes=8192) as log:
         assert log.opening_damage == [] and log.end == ends[-1]
         more = payloads(5, seed=1)
         log.append_many(more)
@@ -59,20 +64,20 @@ def test_readonly_reader_sees_what_the_writer_appended(tmp_path: Path) -> None:
         SegmentLog(tmp_path / "absent", readonly=True)
 
 
-def test_torn_tail_at_every_byte_of_the_last_record(tmp_path: Path, prealloc: bool) -> None:
+def test_torn_tail_at_every_byte_of_the_last_record(tmp_path: Path, layout: dict[str, bool]) -> None:
     data = payloads(4)
     src = tmp_path / "src"
-    with SegmentLog(src, preallocate=prealloc, segment_bytes=4096) as log:
+    with SegmentLog(src, **layout, segment_bytes=4096) as log:
         ends = [log.append(d) for d in data]
     image = only_segment(src).read_bytes()
     last_start = ends[-2]  # the segment starts at LSN 0, so LSNs are file offsets
     for cut in range(last_start, ends[-1]):
         torn = tmp_path / f"cut{cut}"
         torn.mkdir()
-        # a killed writer leaves the file cut short; a preallocated one, zeros after the cut
-        rest = bytes(len(image) - cut) if prealloc else b""
+        # a killed writer leaves the file cut short; a preallocated (or mapped) one, zeros after the cut
+        rest = bytes(len(image) - cut) if layout != LAYOUTS["appended"] else b""
         (torn / only_segment(src).name).write_bytes(image[:cut] + rest)
-        with SegmentLog(torn, preallocate=prealloc, segment_bytes=4096) as log:
+        with SegmentLog(torn, **layout, segment_bytes=4096) as log:
             if cut == last_start:  # nothing of the last record reached the file: a clean end
                 assert log.opening_damage == []
             else:
@@ -148,9 +153,9 @@ def test_recovery_replayed_twice_is_the_same(tmp_path: Path) -> None:
         assert log.read().records == []
 
 
-def test_concurrent_appends_from_threads(tmp_path: Path, prealloc: bool) -> None:
+def test_concurrent_appends_from_threads(tmp_path: Path, layout: dict[str, bool]) -> None:
     threads, per = 8, 300
-    with SegmentLog(tmp_path / "j", preallocate=prealloc, segment_bytes=16384) as log:
+    with SegmentLog(tmp_path / "j", **layout, segment_bytes=16384) as log:
         def work(t: int) -> None:
             for i in range(per):
                 log.append(f"{t}:{i}:".encode() + bytes([t]) * (i % 50 + 1))

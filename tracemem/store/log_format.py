@@ -29,6 +29,17 @@ import zlib
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
+from ..errors import TracememError
+
+
+class JournalError(TracememError):
+    """The journal cannot be opened, written or read as asked."""
+
+
+class JournalLockedError(JournalError):
+    """Another process (or another open in this one) holds the journal for writing."""
+
+
 MAGIC = b"TMJRNL\r\n"  # \r\n catches a copy through a text-mode tool
 VERSION = 1
 FLAG_PREALLOCATED = 1
@@ -153,3 +164,21 @@ def read_segment(path: Path, start: int, next_start: Optional[int], live_end: Op
     records = [Record(start + o, start + o + RECORD_HEADER + len(d), d) for o, d in found]
     damage = None if bad is None else Damage(str(path), start + end, end, bad, len(buf) - end)
     return records, start + max(end, SEGMENT_HEADER), damage
+
+
+def take_lock(folder: Path) -> int:
+    """Lock journal directory `folder` for this process (the lock file names its pid); the lock's fd.
+    `JournalLockedError` names the process holding it."""
+    import fcntl
+
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise JournalLockedError(f"journal {folder} is open for writing by process {holder}; "
+                                 f"close that store first (one writing process per store)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

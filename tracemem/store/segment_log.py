@@ -2,44 +2,35 @@
 
 Why: a DuckDB commit costs 300–600 µs here whatever it holds, so durable modes that
 commit per stage or per run are hundreds of times slower than the hardware allows.
-Appending a record to this log costs one `pwrite` (about 1 µs); the store folds the
-log into its tables later, in columnar batches, and replays it on the next open.
+An append costs a memory copy into a shared mapping of the file (mapped_tail.py) or,
+with `fsync`, one `pwrite` and an fdatasync; the store folds the log into its tables
+later, in columnar batches, and replays it on the next open.
 
 What each level survives:
-
-- `append()` returns once the record is in the kernel's page cache (one `pwrite`).
-  It survives the process dying in any way (SIGKILL, OOM killer, segfault,
-  `os._exit`); a record the process died in the middle of writing is a torn tail,
-  which the checksum catches. It does not survive power loss or a kernel crash,
-  which lose what the kernel had not yet written back (unsynced records vanish or
-  leave a torn tail; the records before them stay readable).
-- `sync()` (fdatasync) makes every record appended before it power-loss safe.
-  Threads calling it at once share one fdatasync (group commit): a caller whose
-  records an earlier or running sync already covers returns without a new one.
-  `SegmentLog(..., fsync=True)` syncs inside every `append()`.
+- `append()` returns once the record is in the kernel's page cache: it survives the
+  process dying in any way (SIGKILL, OOM killer, segfault, `os._exit`), a record cut
+  short by the death being a torn tail the checksum catches; not power loss or a
+  kernel crash (unsynced records vanish or leave a torn tail; earlier ones stay).
+- `sync()` (fdatasync, which on Linux also writes back the mapping's pages) makes every
+  record appended before it power-loss safe. Threads calling it at once share one
+  fdatasync (group commit). `SegmentLog(..., fsync=True)` syncs inside every `append()`.
 
 On disk, a directory (`journal_dir("agent.duckdb")` is `agent.duckdb.journal/`) of
 segments (16 MiB by default; a new one starts when a record does not fit), a
-checkpoint marker and a lock file; `log_format` describes the bytes. Any number of
-threads of the one writing process may append at once: a lock orders the writes,
-and each record is one write at an offset it owns.
+checkpoint marker and a lock file; `log_format` describes the bytes. Threads of the one
+writing process may append at once: a lock orders the writes.
 
 Recovery protocol (idempotent, so a crash during recovery is safe):
-
-1. `read()` yields the records after the marker, each with its `lsn` and `end`.
-   A torn or corrupt record (bad checksum, truncated, zeros where a header
-   belongs) ends its segment's records and is reported as a `Damage` (segment,
-   LSN, reason, bytes skipped), never returned. A torn tail is what a killed
-   process or a lost power supply leaves; nothing after a bad record in the same
-   segment is trusted, since its framing cannot be.
+1. `read()` yields the records after the marker, each with its `lsn` and `end`. A torn
+   or corrupt record (bad checksum, truncated, zeros where a header belongs) ends its
+   segment's records and is reported as a `Damage`, never returned: nothing after it
+   in that segment is trusted, since its framing cannot be.
 2. The caller applies the records, then calls `checkpoint(upto)`: the marker is
    written, and segments wholly below it are deleted. Nothing is deleted before.
-3. A crash between applying and `checkpoint` replays those records again on the
-   next open: delivery past the marker is at-least-once. The applier makes a
-   replay harmless either by de-duplicating on keys its records carry (run id and
-   step), or, for exactly-once, by storing the `end` of the last applied record
-   in the same transaction as the data and reading with `read(after=that)`.
-
+3. A crash between applying and `checkpoint` replays those records on the next open
+   (at-least-once). The applier de-duplicates on keys its records carry (run id and
+   step), or stores the `end` of the last applied record with its data and reads with
+   `read(after=that)` (exactly-once).
 Opening a log whose last segment has a damaged tail leaves that segment as it is
 (reported in `opening_damage`) and appends to a new one, so LSNs never repeat.
 """
@@ -52,20 +43,12 @@ import zlib
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
-from ..errors import TracememError
-from .log_format import (FLAG_PREALLOCATED, RECORD_HEADER, RECORD_STRUCT, SEGMENT_HEADER, Damage, Record, frame, marker_bytes,
+from .log_format import (FLAG_PREALLOCATED, JournalError, JournalLockedError, take_lock, RECORD_HEADER, RECORD_STRUCT, SEGMENT_HEADER, Damage, Record, frame, marker_bytes,
                          parse_marker, read_segment, segment_header, segment_name)
+from .mapped_tail import MappedTail, can_map
 
 
 _pack, _crc32 = RECORD_STRUCT.pack, zlib.crc32
-
-
-class JournalError(TracememError):
-    """The journal cannot be opened, written or read as asked."""
-
-
-class JournalLockedError(JournalError):
-    """Another process (or another open in this one) holds the journal for writing."""
 
 
 class LogRead(NamedTuple):
@@ -85,17 +68,21 @@ class SegmentLog:
     """The log in directory `path`; one writing process at a time (see the module docstring).
 
     `fsync`: fdatasync inside every append (power-loss safe per record). `preallocate`:
-    allocate each segment at `segment_bytes` when created (default: same as `fsync`).
+    allocate each segment at `segment_bytes` when created (default: same as `fsync`). `mapped`:
+    append through a shared mapping (default: without `fsync`, where the platform can reserve space).
     `readonly`: read without taking the lock (a log being written may show a torn tail).
     """
 
     def __init__(self, path: Union[str, Path], *, fsync: bool = False, preallocate: Optional[bool] = None,
-                 segment_bytes: int = 16 << 20, max_record: int = 64 << 20, readonly: bool = False) -> None:
+                 mapped: Optional[bool] = None, segment_bytes: int = 16 << 20, max_record: int = 64 << 20,
+                 readonly: bool = False) -> None:
         if segment_bytes < SEGMENT_HEADER + RECORD_HEADER + 1:
             raise JournalError(f"segment_bytes={segment_bytes} is too small for one record; use at least 4096")
         self.path = Path(path)
         self.fsync = fsync
         self.preallocate = fsync if preallocate is None else preallocate
+        self.mapped = (not fsync and can_map()) if mapped is None else mapped
+        self._tail: Optional[MappedTail] = None  # the active segment's mapping (`mapped`)
         self.segment_bytes, self.max_record, self.readonly = segment_bytes, max_record, readonly
         self.opening_damage: list[Damage] = []
         self._lock = threading.Lock()  # appends, rotation, checkpoint
@@ -112,28 +99,13 @@ class SegmentLog:
                 raise JournalError(f"no journal at {self.path}: nothing to read")
         else:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
+            self._lock_fd = take_lock(self.path)
         self.applied = self._read_marker()
         self._segments = self._list_segments()
         if not readonly:
             self._open_tail()
 
     # -- opening -----------------------------------------------------------------------------
-
-    def _take_lock(self) -> None:
-        import fcntl
-
-        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise JournalLockedError(f"journal {self.path} is open for writing by process {holder}; "
-                                     f"close that store first (one writing process per store)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
 
     def _read_marker(self) -> int:
         try:
@@ -176,25 +148,32 @@ class SegmentLog:
             self._create(max(end, self.applied))
             return
         size = last.path.stat().st_size
+        self._synced = end  # what an earlier process left is treated as written back
+        if self.mapped and size <= end - last.start:  # appended without a zero tail: a mapping would add one
+            self._create(end)
+            return
         self._fd, self._start = os.open(last.path, os.O_RDWR), last.start
         self._offset = end - last.start
         self._prealloc = size > self._offset  # a clean end before the file's end: preallocated zeros
         self._limit = max(size, self.segment_bytes)
-        self._synced = end  # what an earlier process left is treated as written back
+        if self.mapped:
+            self._tail = MappedTail(self._fd, self._limit, self._offset)
 
     def _create(self, start: int) -> None:
         """A new active segment starting at LSN `start` (caller holds the lock or is opening)."""
         path = self.path / segment_name(start)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            flags = 0
+            flags, reserved = 0, SEGMENT_HEADER  # (the mapping never writes below `reserved`)
             if self.preallocate and hasattr(os, "posix_fallocate"):
                 try:
                     os.posix_fallocate(fd, 0, self.segment_bytes)
-                    flags = FLAG_PREALLOCATED
+                    flags, reserved = FLAG_PREALLOCATED, self.segment_bytes
                 except OSError:  # a file system without fallocate: plain appends
                     pass
-            os.pwrite(fd, segment_header(start, flags), 0)
+            os.pwrite(fd, segment_header(start, flags | (FLAG_PREALLOCATED if self.mapped else 0)), 0)
+            if self.mapped:  # its zero tail is a clean end, as a preallocated segment's
+                self._tail, flags = MappedTail(fd, self.segment_bytes, reserved), FLAG_PREALLOCATED
             if self.fsync:  # without fsync nothing promises to outlive a power loss, so opening stays cheap
                 os.fsync(fd)
                 self._fsync_dir()
@@ -206,6 +185,11 @@ class SegmentLog:
         self._segments.append(Segment(start, path))
         with self._sync_cond:
             self._synced = max(self._synced, start + SEGMENT_HEADER)
+
+    def _close_tail(self) -> None:
+        if self._tail is not None:
+            self._tail.close()
+            self._tail = None
 
     def _fsync_dir(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)
@@ -227,32 +211,34 @@ class SegmentLog:
         n = len(data)
         if not 0 < n <= self.max_record:
             raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {n}")
-        return self._write(_pack(n, _crc32(data, n)) + data, sync)  # frame(data), inlined: the hot path
+        return self._write(_pack(n, _crc32(data, n)), data, sync)  # frame(data), inlined: the hot path
 
     def append_many(self, records: Sequence[bytes]) -> int:
         """Write records with one write call (all or, after a crash, a valid prefix); returns the end LSN."""
         for data in records:
             if not 0 < len(data) <= self.max_record:
                 raise JournalError(f"a journal record must hold 1 to {self.max_record} bytes, got {len(data)}")
-        return self._write(b"".join([frame(d) for d in records])) if records else self.end
+        return self._write(b"", b"".join([frame(d) for d in records])) if records else self.end
 
-    def _write(self, blob: bytes, sync: bool = True) -> int:
+    def _write(self, head: bytes, data: bytes, sync: bool = True) -> int:
+        size = len(head) + len(data)
         with self._lock:
             if self._broken:
                 raise JournalError(self._broken)
             offset = self._offset
-            if offset + len(blob) > self._limit and offset > SEGMENT_HEADER:
+            if offset + size > self._limit and offset > SEGMENT_HEADER:
                 self._rotate()
                 offset = self._offset
             try:
-                written = os.pwrite(self._fd, blob, offset)
-                if written != len(blob):  # a regular file writes short only when its disk is full
-                    raise OSError(errno.ENOSPC, f"short write ({written} of {len(blob)} bytes): "
+                if self._tail is not None and self._tail.fits(offset + size):
+                    self._tail.write(offset, head, data)
+                elif (written := os.pwrite(self._fd, head + data, offset)) != size:  # short: only a full disk
+                    raise OSError(errno.ENOSPC, f"short write ({written} of {size} bytes): "
                                                 f"{os.strerror(errno.ENOSPC)}")
             except OSError as e:
-                self._undo(offset, len(blob), e)
+                self._undo(offset, size, e)
                 raise JournalError(f"journal {self.path}: append failed at LSN {self.end}: {e}") from e
-            self._offset = offset = offset + len(blob)
+            self._offset = offset = offset + size
             end = self._start + offset
         if self.fsync and sync:
             self.sync(end)
@@ -261,7 +247,9 @@ class SegmentLog:
     def _undo(self, offset: int, size: int, error: OSError) -> None:
         """Leave no partial record where the next one goes; if that fails too, refuse further appends."""
         try:
-            if self._prealloc:
+            if self._tail is not None:
+                self._tail.zero(offset, size)
+            elif self._prealloc:
                 os.pwrite(self._fd, bytes(size), offset)
             else:
                 os.ftruncate(self._fd, offset)
@@ -272,6 +260,7 @@ class SegmentLog:
     def _rotate(self) -> None:
         """Close the full active segment (written back first) and start the next (lock held)."""
         end = self.end
+        self._close_tail()
         os.fdatasync(self._fd)
         os.close(self._fd)
         with self._sync_cond:
@@ -380,6 +369,7 @@ class SegmentLog:
     def close(self) -> None:
         """Close the files (records stay where they are; nothing is synced that was not asked)."""
         with self._lock:
+            self._close_tail()
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

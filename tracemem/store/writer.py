@@ -72,6 +72,15 @@ class Writer:
         return StoreSink(self, durability)
 
     @property
+    def busy(self) -> bool:
+        """Whether the background thread is writing runs now.
+        Why producers ask: between its DuckDB calls the writer needs the GIL for its Python work, and a
+        producer that never blocks (its journal append is a memory copy) gives the GIL up only when the
+        interpreter forces a switch, every 5 ms: a batch waited that long a dozen times over, and the queue
+        filled until flow.run waited for room. A producer yields once per run while this is true."""
+        return self._drain_lock.locked()
+
+    @property
     def pending(self) -> int:
         """How many finished runs are queued for the writer."""
         return len(self.backlog)
@@ -352,3 +361,5 @@ class StoreSink:
             writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
             writer.progress[run.run_id] = Progress(journal="run")
         writer.enqueue(run)
+        if writer.busy:
+            time.sleep(0)  # hands the GIL to the writer (see Writer.busy)
