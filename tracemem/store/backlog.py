@@ -95,7 +95,9 @@ class Backlog:
         self.failure: Optional[StoreError] = None  # set while the file cannot be written
         self.closed = False
         self._cv = threading.Condition()
-        self._items: deque[tuple[Run, int, float, int]] = deque()  # run, cost, queued at, sequence number
+        self._runs: deque[Run] = deque()
+        self._items: deque[tuple[int, float, int]] = deque()  # each run's cost, queued at, sequence number
+        # (apart from the runs: a tuple of plain values is one object fewer for the garbage collector to walk)
         self._cost = 0
         self.seq = 0  # the sequence number of the last run queued
         self._taken_since: Optional[float] = None  # enqueue time of the oldest run being written
@@ -125,7 +127,8 @@ class Backlog:
             if self.failure is not None:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
-            self._items.append((run, cost, time.monotonic(), self.seq))
+            self._runs.append(run)
+            self._items.append((cost, time.monotonic(), self.seq))
             self._cost += cost
             if len(self._items) > self._peak_runs:
                 self._peak_runs = len(self._items)
@@ -140,7 +143,7 @@ class Backlog:
         bound = min(self.max_cost, max(self.batch_cost, rate_bound))  # until measured: four batches
         if items and self._cost + cost > bound:
             return True
-        oldest = self._taken_since if self._taken_since is not None else items[0][2] if items else None
+        oldest = self._taken_since if self._taken_since is not None else items[0][1] if items else None
         return oldest is not None and time.monotonic() - oldest > self.max_lag
 
     def take(self, upto: Optional[int] = None) -> list[Run]:
@@ -150,12 +153,12 @@ class Backlog:
             runs: list[Run] = []
             cost = 0
             items = self._items
-            while items and (upto is None or items[0][3] <= upto) and (
-                    not runs or cost + items[0][1] <= self.batch_cost):
-                run, c, at, _ = items.popleft()
+            while items and (upto is None or items[0][2] <= upto) and (
+                    not runs or cost + items[0][0] <= self.batch_cost):
+                c, at, _ = items.popleft()
                 if not runs:
                     self._taken_since = at
-                runs.append(run)
+                runs.append(self._runs.popleft())
                 cost += c
             self._cost -= cost
             self._taken_at, self._taken_cost = time.monotonic(), cost
@@ -183,7 +186,8 @@ class Backlog:
         with self._cv:
             at = self._taken_since if self._taken_since is not None else time.monotonic()
             costs = [cost_of(r) for r in runs]
-            self._items.extendleft((r, c, at, 0) for r, c in zip(reversed(runs), reversed(costs)))
+            self._runs.extendleft(reversed(runs))
+            self._items.extendleft((c, at, 0) for c in reversed(costs))
             self._cost += sum(costs)
             self._taken_since = None
             self.failure = failure
@@ -207,6 +211,6 @@ class Backlog:
         with self._cv:
             now = time.monotonic()
             oldest = self._taken_since if self._taken_since is not None else (
-                self._items[0][2] if self._items else None)
+                self._items[0][1] if self._items else None)
             return BacklogStatus(len(self._items), self._cost, 0.0 if oldest is None else now - oldest,
                                  self._peak_runs, self._peak_cost, self._peak_lag, self._waits)

@@ -37,19 +37,20 @@ class Ended(NamedTuple):
     pipeline: str
     schema: Any
     input_json: str
-    writes: list[tuple]  # its committed writes' fields as plain tuples (see backlog.queued: kept for 256 runs,
+    writes: tuple[tuple, ...]  # its committed writes' fields as plain tuples (see backlog.queued: kept for 256 runs,
     #                      Write NamedTuples would be walked by every garbage collection meanwhile)
 
 
 _STATUS, _STEP = Step._fields.index("status"), Write._fields.index("step")
 
 
-def committed(run: Run) -> list[tuple]:
-    """A run's writes outside failed steps, as plain tuples (`Write` fields)."""
+def committed(run: Run) -> tuple[tuple, ...]:
+    """A run's writes outside failed steps, as a tuple of plain tuples (`Write` fields): neither is tracked
+    by the garbage collector once it has looked at them."""
     if all(s[_STATUS] == "ok" for s in run.steps):
-        return list(map(tuple, run.writes))  # (the same objects when they are plain tuples already)
+        return tuple(map(tuple, run.writes))  # (the same objects when they are plain tuples already)
     failed = {s[_STEP] for s in run.steps if s[_STATUS] != "ok"}
-    return [tuple(w) for w in run.writes if w[_STEP] not in failed]
+    return tuple(tuple(w) for w in run.writes if w[_STEP] not in failed)
 
 
 class Known(NamedTuple):
