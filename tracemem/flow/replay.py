@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 from pydantic import BaseModel
 
 from ..errors import TracememError
-from ..models import Reply, ToolCall, Usage
+from ..models import Message, Reply, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -64,7 +64,8 @@ def _canonical(value: Any) -> Any:
 def request_hash(model: Optional[str], messages: Any, options: Mapping[str, Any]) -> str:
     """The hash of one exact request: model name, messages and every option (canonical JSON)."""
     if isinstance(messages, list):  # each Message dumped here: what `_canonical` gives it, without json's detour
-        messages = [m.model_dump(mode="json") if isinstance(m, BaseModel) else m for m in messages]
+        messages = [m.wire() if isinstance(m, Message) else m.model_dump(mode="json") if isinstance(m, BaseModel)
+                    else m for m in messages]
     body = {"model": model, "messages": messages,
             "options": {k: v for k, v in options.items() if k not in UNHASHED_OPTIONS}}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_canonical)

@@ -248,7 +248,7 @@ class ReplyAssembler:
     def _raw(self, reply_text: Optional[str], calls: list[ToolCall]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply_text}
         if calls:
-            message["tool_calls"] = [c.model_dump() for c in calls]
+            message["tool_calls"] = [c.wire() for c in calls]
         raw: dict[str, Any] = {"id": self._id, "object": "chat.completion", "model": self._model,
                                "choices": [{"index": 0, "message": message, "finish_reason": self._finish}]}
         if self._usage is not None:

@@ -177,7 +177,7 @@ class ScriptedModel:
 
 def _with_ids(calls: Sequence[ToolCall], call_no: int) -> list[ToolCall]:
     """Tool calls with an id each: ``call_{call number}_{position}`` where none was given."""
-    return [c if c.id else c.model_copy(update={"id": f"call_{call_no}_{i}"}) for i, c in enumerate(calls)]
+    return [c if c.id else c.with_id(f"call_{call_no}_{i}") for i, c in enumerate(calls)]
 
 
 def _render(value: Any) -> str:
