@@ -48,7 +48,8 @@ def committed(run: Run) -> tuple[tuple, ...]:
     """A run's writes outside failed steps, as a tuple of plain tuples (`Write` fields): neither is tracked
     by the garbage collector once it has looked at them."""
     if all(s[_STATUS] == "ok" for s in run.steps):
-        return tuple(map(tuple, run.writes))  # (the same objects when they are plain tuples already)
+        writes = run.writes  # the backlog's copy (backlog.queued) holds them as such already
+        return writes if type(writes) is tuple else tuple(map(tuple, writes))
     failed = {s[_STEP] for s in run.steps if s[_STATUS] != "ok"}
     return tuple(tuple(w) for w in run.writes if w[_STEP] not in failed)
 
