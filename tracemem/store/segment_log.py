@@ -43,8 +43,9 @@ import zlib
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
-from .log_format import (FLAG_PREALLOCATED, JournalError, JournalLockedError, take_lock, RECORD_HEADER, RECORD_STRUCT, SEGMENT_HEADER, Damage, Record, frame, marker_bytes,
-                         parse_marker, read_segment, segment_header, segment_name)
+from .log_format import (FLAG_PREALLOCATED, RECORD_HEADER, RECORD_STRUCT, SEGMENT_HEADER, Damage, JournalError,
+                         JournalLockedError, Record, frame, marker_bytes, parse_marker, read_segment, segment_header,
+                         segment_name, take_lock)
 from .mapped_tail import MappedTail, can_map
 
 
@@ -163,23 +164,29 @@ class SegmentLog:
         """A new active segment starting at LSN `start` (caller holds the lock or is opening)."""
         path = self.path / segment_name(start)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        tail = None
         try:
-            flags, reserved = 0, SEGMENT_HEADER  # (the mapping never writes below `reserved`)
+            flags, reserved = 0, SEGMENT_HEADER  # (a mapping never writes below `reserved`)
             if self.preallocate and hasattr(os, "posix_fallocate"):
                 try:
                     os.posix_fallocate(fd, 0, self.segment_bytes)
                     flags, reserved = FLAG_PREALLOCATED, self.segment_bytes
                 except OSError:  # a file system without fallocate: plain appends
                     pass
-            os.pwrite(fd, segment_header(start, flags | (FLAG_PREALLOCATED if self.mapped else 0)), 0)
-            if self.mapped:  # its zero tail is a clean end, as a preallocated segment's
-                self._tail, flags = MappedTail(fd, self.segment_bytes, reserved), FLAG_PREALLOCATED
+            if self.mapped:
+                flags = FLAG_PREALLOCATED  # its zero tail is a clean end, as a preallocated segment's
+            os.pwrite(fd, segment_header(start, flags), 0)
+            if self.mapped:
+                tail = MappedTail(fd, self.segment_bytes, reserved)
             if self.fsync:  # without fsync nothing promises to outlive a power loss, so opening stays cheap
                 os.fsync(fd)
                 self._fsync_dir()
         except BaseException:
+            if tail is not None:
+                tail.close()
             os.close(fd)
             raise
+        self._tail = tail
         self._fd, self._start, self._offset, self._prealloc = fd, start, SEGMENT_HEADER, bool(flags)
         self._limit = self.segment_bytes
         self._segments.append(Segment(start, path))
