@@ -53,6 +53,21 @@ def test_a_failed_reservation_is_an_error_and_leaves_no_partial_record(tmp_path:
     log.close()
 
 
+def test_a_file_system_that_cannot_reserve_space_falls_back_to_pwrite(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def unsupported(fd: int, offset: int, size: int) -> None:
+        raise OSError(95, "Operation not supported")
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    with SegmentLog(tmp_path / "j", segment_bytes=4 << 20) as log:
+        ends = [log.append(b"record %d" % i) for i in range(50)]  # no error: the appends go through pwrite
+        assert [r.data for r in log.read().records] == [b"record %d" % i for i in range(50)]
+    monkeypatch.undo()
+    with SegmentLog(tmp_path / "j", segment_bytes=4 << 20) as log:
+        assert log.opening_damage == [] and log.end == ends[-1]
+        log.append(b"after")
+        assert len(log.read().records) == 51
+
+
 def test_a_record_larger_than_the_mapping_is_written_with_pwrite(tmp_path: Path) -> None:
     big = os.urandom(20_000)
     with SegmentLog(tmp_path / "j", segment_bytes=8192) as log:

@@ -12,7 +12,8 @@ A store into a mapped page that the file system cannot back (disk full) kills th
 with SIGBUS, where a full disk must be an error. So every byte is reserved with
 `posix_fallocate` (and zeros written there) before it is mapped to: 1 MiB at a time,
 ahead of the writes, and a reservation that fails is the append's `OSError` (ENOSPC),
-before anything was copied.
+before anything was copied; on a file system that cannot reserve space at all, the
+segment's appends go through `pwrite` instead.
 The file is sized to the whole segment at once (sparse: only reserved blocks use disk),
 since a mapping may not reach past the file's end; its zero tail is the preallocated
 segment's clean end (log_format.py).
@@ -40,21 +41,29 @@ class MappedTail:
         if os.fstat(fd).st_size < size:
             os.ftruncate(fd, size)
         self.fd, self.size, self.reserved = fd, size, reserved
+        self.usable = True
         self._map = mmap.mmap(fd, size)
 
-    def fits(self, end: int) -> bool:
-        """Whether bytes up to offset `end` can be written through the mapping (else: pwrite)."""
-        return end <= self.size
-
-    def write(self, offset: int, head: bytes, data: bytes) -> None:
-        """`head` then `data` at `offset` (the caller checked `fits`); OSError if the disk has no room."""
+    def write(self, offset: int, head: bytes, data: bytes) -> bool:
+        """`head` then `data` at `offset`; False when the caller must write them with pwrite: a record the
+        mapping cannot hold, or a file system that cannot reserve space (from then on). OSError: the disk
+        is full."""
         middle = offset + len(head)
         end = middle + len(data)
+        if end > self.size or not self.usable:
+            return False
         if end > self.reserved:
-            self._reserve(min(self.size, max(end, self.reserved + RESERVE)))
+            try:
+                self._reserve(min(self.size, max(end, self.reserved + RESERVE)))
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                self.usable = False  # (EOPNOTSUPP, EINVAL...): this segment's appends go through pwrite
+                return False
         mapped = self._map
         mapped[offset:middle] = head
         mapped[middle:end] = data
+        return True
 
     def _reserve(self, upto: int) -> None:
         """Allocate the blocks below `upto`, then write zeros into them: a page mapped onto a block that

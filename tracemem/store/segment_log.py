@@ -237,9 +237,8 @@ class SegmentLog:
                 self._rotate()
                 offset = self._offset
             try:
-                if self._tail is not None and self._tail.fits(offset + size):
-                    self._tail.write(offset, head, data)
-                elif (written := os.pwrite(self._fd, head + data, offset)) != size:  # short: only a full disk
+                if not (self._tail is not None and self._tail.write(offset, head, data)) and (
+                        written := os.pwrite(self._fd, head + data, offset)) != size:  # short: only a full disk
                     raise OSError(errno.ENOSPC, f"short write ({written} of {size} bytes): "
                                                 f"{os.strerror(errno.ENOSPC)}")
             except OSError as e:
