@@ -2,6 +2,7 @@
 raise CodecError (never anything else, never a half-built entry)."""
 from __future__ import annotations
 
+import enum
 import importlib.util
 import json
 import random
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracemem.record import Decision, Read, Step, Write
+from tracemem.store.batch import extra_row
 from tracemem.store.log_codec import CodecError, Entry, LogCodec, decode
 
 HAS_ORJSON = importlib.util.find_spec("orjson") is not None
@@ -71,6 +73,18 @@ def test_free_form_values_are_written_as_the_store_writes_them() -> None:
             return "odd!"
     e = decode(LogCodec(False).step("r", STEP, [], [], Decision(4, "x", {"o": Odd()}), []))
     assert e.decisions[0].evidence == {"o": "odd!"}
+
+
+@pytest.mark.parametrize("value", [b"bytes", datetime(2026, 12, 1, 9, 30), enum.Enum("Color", "RED").RED, 7, 2.5,
+                                   True, None, "text", {"at": datetime(2026, 12, 1)}, [1, "two"], (3, 4)],
+                         ids=lambda v: type(v).__name__)
+def test_a_journaled_row_is_stored_as_the_live_row_would_be(value: object) -> None:
+    """Recovery stores what the writer stores: a text column's value that is no JSON type is its JSON
+    text either way (journaled as its str(), it came back as a bare str, stored without the quotes)."""
+    row = {"run_id": "r", "step": 1, "call_id": "c", "name": "t", "result": value, "arguments": value}
+    for fast in (False, True):
+        entry = decode(LogCodec(fast).step("r", STEP, [], [], None, [("tool_calls", row)]))
+        assert [extra_row(t, r) for t, r in entry.rows] == [extra_row("tool_calls", row)]
 
 
 @pytest.mark.parametrize("data, match", [

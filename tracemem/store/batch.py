@@ -75,7 +75,8 @@ JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("writes", "val
 _HOST = socket.gethostname()
 
 
-def _json(value: Any) -> Optional[str]:
+def json_text(value: Any) -> Optional[str]:
+    """A value as a text column stores it when it is not a str already (None stays NULL)."""
     return None if value is None else json.dumps(value, default=str)
 
 
@@ -84,8 +85,8 @@ def run_row(run: Run, lease: Optional[str] = None) -> tuple:
     recovery tells live runs by it)."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
-            run.subject, run.query, run.trace_id, run.continues, run.degraded, _json(run.pending),
-            _json(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, _json(run.counterfactual),
+            run.subject, run.query, run.trace_id, run.continues, run.degraded, json_text(run.pending),
+            json_text(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, json_text(run.counterfactual),
             run.thread_id, lease, list(run.notes) or None)
 
 
@@ -97,8 +98,8 @@ def padded_run_row(row: Sequence[Any]) -> tuple:
 def end_facts(run: Run) -> dict[str, Any]:
     """What the runs row learns when a run ends."""
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
-            "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded, "pending": _json(run.pending),
-            "resume_at": _json(run.resume_at), "span_id": run.span_id, "notes": list(run.notes) or None}
+            "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded, "pending": json_text(run.pending),
+            "resume_at": json_text(run.resume_at), "span_id": run.span_id, "notes": list(run.notes) or None}
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
@@ -107,7 +108,7 @@ def extra_row(table: str, row: dict[str, Any]) -> tuple:
     if unknown:
         raise TracememError(f"row for table '{table}' has unknown columns {sorted(unknown)}; "
                             f"columns are {[c for c, _ in cols]}")
-    return tuple(_json(row.get(c)) if t == J and not isinstance(row.get(c), (str, type(None)))
+    return tuple(json_text(row.get(c)) if t == J and not isinstance(row.get(c), (str, type(None)))
                  else row.get(c) for c, t in cols)
 
 
@@ -205,7 +206,7 @@ class Batch:
         self._columns("steps", run_id, steps)
         self._columns("reads", run_id, reads)
         self._columns("writes", run_id, writes)
-        self.rows["decisions"].extend((run_id, d.step, d.chosen, _json(d.evidence)) for d in decisions)
+        self.rows["decisions"].extend((run_id, d.step, d.chosen, json_text(d.evidence)) for d in decisions)
 
     def add_extra(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
         for table, row in rows:

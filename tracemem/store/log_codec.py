@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
+from .batch import GIVEN, S, json_text
 
 VERSION = 1
 KINDS = ("begin", "step", "end", "run")
@@ -96,6 +97,22 @@ def _text(value: Any) -> str:
         return f"<{type(value).__name__}: str() raised {type(err).__name__}>"
 
 
+TEXT_COLUMNS: dict[str, frozenset[str]] = {t: frozenset(c for c, kind in cols if kind == S)
+                                           for t, cols in GIVEN.items()}
+_JSON_TYPES = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+
+
+def _as_stored(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with a text column's odd value (bytes, a datetime, an enum member: no JSON type) already the
+    JSON text the store writes for it. Journaled as its `str()`, it would come back a str, which the store
+    keeps as it is: not what it writes from the live row."""
+    odd = [c for c, v in row.items() if type(v) not in _JSON_TYPES]
+    if not odd:
+        return row
+    text = TEXT_COLUMNS.get(table, frozenset())
+    return {c: json_text(v) if c in text and c in odd else v for c, v in row.items()}
+
+
 def _free_json(decisions: Sequence[Decision], rows: Sequence[tuple[str, dict[str, Any]]]) -> Optional[bytes]:
     """The free-form part: decisions (with their evidence) and extra table rows, telemetry rows left out."""
     if not decisions and not rows:  # most runs of a plain pipeline: nothing to build
@@ -104,7 +121,7 @@ def _free_json(decisions: Sequence[Decision], rows: Sequence[tuple[str, dict[str
     kept_decisions = [tuple(d) for d in decisions]
     if kept_decisions:
         free["decisions"] = kept_decisions
-    kept_rows = [(t, r) for t, r in rows if not t.startswith("_")]
+    kept_rows = [(t, _as_stored(t, r)) for t, r in rows if not t.startswith("_")]
     if kept_rows:
         free["rows"] = kept_rows
     return json.dumps(free, default=_text, separators=(",", ":")).encode() if free else None
