@@ -110,7 +110,14 @@ def _as_stored(table: str, row: dict[str, Any]) -> dict[str, Any]:
     if not odd:
         return row
     text = TEXT_COLUMNS.get(table, frozenset())
-    return {c: json_text(v) if c in text and c in odd else v for c, v in row.items()}
+    return {c: _stored_text(v) if c in text and c in odd else v for c, v in row.items()}
+
+
+def _stored_text(value: Any) -> Any:
+    try:
+        return json_text(value)
+    except Exception:  # noqa: BLE001 - a value whose __str__ raises: left to `_text`, which says so
+        return value
 
 
 def _free_json(decisions: Sequence[Decision], rows: Sequence[tuple[str, dict[str, Any]]]) -> Optional[bytes]:
