@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracemem.store.mapped_tail import RESERVE
+from tracemem.store.mapped_tail import FIRST_RESERVE, RESERVE
 from tracemem.store.segment_log import JournalError, SegmentLog
 
 
@@ -34,7 +34,11 @@ def test_space_is_reserved_ahead_of_the_writes_and_a_sparse_file_holds_the_rest(
         log.append(b"x" * 1000)
         (seg,) = (tmp_path / "j").glob("*.seg")
         assert seg.stat().st_size == 8 << 20  # sized for the mapping ...
-        assert seg.stat().st_blocks * 512 <= RESERVE + 64 * 1024  # ... but only the reserved MiB uses disk
+        assert seg.stat().st_blocks * 512 <= 2 * FIRST_RESERVE  # ... but one small run uses 64 KiB of disk
+        for _ in range(3000):
+            log.append(b"y" * 1000)  # 3 MB: reservations double up to a MiB at a time
+        assert 3_000_000 < seg.stat().st_blocks * 512 <= 3_024_000 + RESERVE + 64 * 1024
+        assert log.read().damage == [] and len(log.read().records) == 3001
 
 
 def test_a_failed_reservation_is_an_error_and_leaves_no_partial_record(tmp_path: Path,

@@ -10,8 +10,8 @@ kernel crash. `fsync=True` logs keep `pwrite` + fdatasync (segment_log.py).
 
 A store into a mapped page that the file system cannot back (disk full) kills the process
 with SIGBUS, where a full disk must be an error. So every byte is reserved with
-`posix_fallocate` (and zeros written there) before it is mapped to: 1 MiB at a time,
-ahead of the writes, and a reservation that fails is the append's `OSError` (ENOSPC),
+`posix_fallocate` (and zeros written there) before it is mapped to: ahead of the
+writes, 64 KiB at first, doubling up to 1 MiB at a time, and a reservation that fails is the append's `OSError` (ENOSPC),
 before anything was copied; on a file system that cannot reserve space at all, the
 segment's appends go through `pwrite` instead.
 The file is sized to the whole segment at once (sparse: only reserved blocks use disk),
@@ -24,7 +24,8 @@ import errno
 import mmap
 import os
 
-RESERVE = 1 << 20  # bytes reserved on disk ahead of the writes, per posix_fallocate call
+RESERVE = 1 << 20  # bytes reserved on disk ahead of the writes, per posix_fallocate call, at most ...
+FIRST_RESERVE = 64 << 10  # ... and at first: a store that records one run keeps 64 KiB, not a MiB
 _ZEROS = bytes(RESERVE)
 
 
@@ -53,8 +54,9 @@ class MappedTail:
         if end > self.size or not self.usable:
             return False
         if end > self.reserved:
-            try:
-                self._reserve(min(self.size, max(end, self.reserved + RESERVE)))
+            try:  # ahead by what is reserved already (doubling it) between FIRST_RESERVE and RESERVE
+                ahead = min(RESERVE, max(FIRST_RESERVE, self.reserved))
+                self._reserve(min(self.size, max(end, self.reserved + ahead)))
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise
