@@ -332,3 +332,27 @@ def test_a_few_zero_bytes_after_the_last_record_end_a_preallocated_segment_clean
         assert [d for _, d in found] == [b"abc"] and end == len(image) and reason is None, pad
         if pad:  # in a segment that was never preallocated, the same zeros are lost writes
             assert "zero-filled tail" in str(scan(image + bytes(pad), len(image) + pad, 100)[2])
+
+
+def test_a_short_write_leaves_no_partial_record(tmp_path: Path, layout: dict[str, bool],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that fills mid-append writes short: the bytes that did land are cleared (or cut off), so the
+    next append starts clean and the log reopens without damage."""
+    with SegmentLog(tmp_path / "j", **layout, segment_bytes=4096) as log:
+        log.append(b"first")
+        real, cut = os.pwrite, [True]
+
+        def half(fd: int, data: bytes, offset: int) -> int:  # the record's write lands half; the rest works
+            if cut and len(data) > 1000:
+                cut.clear()
+                return real(fd, data[: len(data) // 2], offset)
+            return real(fd, data, offset)
+        monkeypatch.setattr(os, "pwrite", half)
+        with pytest.raises(JournalError, match="short write"):
+            log.append(b"x" * 200_000)  # larger than a segment: written with pwrite in every layout
+        monkeypatch.undo()
+        log.append(b"after")
+        got = log.read()
+        assert [r.data for r in got.records] == [b"first", b"after"] and got.damage == []
+    with SegmentLog(tmp_path / "j", **layout, segment_bytes=4096) as log:
+        assert log.opening_damage == [] and [r.data for r in log.read().records] == [b"first", b"after"]

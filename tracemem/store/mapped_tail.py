@@ -79,11 +79,5 @@ class MappedTail:
                                         f"{os.strerror(errno.ENOSPC)}")
         self.reserved = upto
 
-    def zero(self, offset: int, size: int) -> None:
-        """Clear bytes a failed append may have left (only reserved bytes were ever written)."""
-        end = min(offset + size, self.reserved)
-        if end > offset:
-            self._map[offset:end] = bytes(end - offset)
-
     def close(self) -> None:
         self._map.close()

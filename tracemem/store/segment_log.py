@@ -236,13 +236,15 @@ class SegmentLog:
             if offset + size > self._limit and offset > SEGMENT_HEADER:
                 self._rotate()
                 offset = self._offset
+            written = 0  # bytes a failed append may have left (a mapped one fails before copying any)
             try:
-                if not (self._tail is not None and self._tail.write(offset, head, data)) and (
-                        written := os.pwrite(self._fd, head + data, offset)) != size:  # short: only a full disk
-                    raise OSError(errno.ENOSPC, f"short write ({written} of {size} bytes): "
-                                                f"{os.strerror(errno.ENOSPC)}")
+                if self._tail is None or not self._tail.write(offset, head, data):
+                    written = os.pwrite(self._fd, head + data, offset)
+                    if written != size:  # a regular file writes short only when its disk is full
+                        raise OSError(errno.ENOSPC, f"short write ({written} of {size} bytes): "
+                                                    f"{os.strerror(errno.ENOSPC)}")
             except OSError as e:
-                self._undo(offset, size, e)
+                self._undo(offset, written, e)
                 raise JournalError(f"journal {self.path}: append failed at LSN {self.end}: {e}") from e
             self._offset = offset = offset + size
             end = self._start + offset
@@ -250,13 +252,14 @@ class SegmentLog:
             self.sync(end)
         return end
 
-    def _undo(self, offset: int, size: int, error: OSError) -> None:
-        """Leave no partial record where the next one goes; if that fails too, refuse further appends."""
+    def _undo(self, offset: int, written: int, error: OSError) -> None:
+        """Leave no partial record where the next one goes: zero the `written` bytes (on disk already, so
+        this needs no room) of a segment with a zero tail, else cut the file; if that fails too, refuse
+        further appends."""
         try:
-            if self._tail is not None:
-                self._tail.zero(offset, size)
-            elif self._prealloc:
-                os.pwrite(self._fd, bytes(size), offset)
+            if self._tail is not None or self._prealloc:
+                if written:
+                    os.pwrite(self._fd, bytes(written), offset)
             else:
                 os.ftruncate(self._fd, offset)
         except OSError as again:
