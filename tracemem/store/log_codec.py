@@ -1,8 +1,8 @@
 """Journal entries as bytes: a stage's (or a run's) record tuples, encoded in about a microsecond.
 
 Why: the journal (`segment_log`) appends one entry per finished stage, so encoding is on
-the hot path beside one write(); `json.dumps` of a step entry costs 3–4 µs here, more than
-the write. An entry is a compact JSON array, so it stays readable with any JSON tool and
+the hot path beside one append (a memory copy, segment_log); `json.dumps` of a step entry
+costs 3–4 µs here, more than the append. An entry is a compact JSON array, so it stays readable with any JSON tool and
 decodes with the standard library:
 
     [1, kind, run_id, steps, reads, writes, run, end]      + `, free` when there is any

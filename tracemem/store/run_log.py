@@ -1,4 +1,4 @@
-"""The run journal of a DuckDB file: runs and stages made durable by one write(), folded in later.
+"""The run journal of a DuckDB file: runs and stages made durable by one append, folded in later.
 
 Why: a DuckDB commit costs 300–600 µs here whatever it holds, so committing per stage
 (durability "stage") or per run (`flush_interval=0`) was hundreds of times the cost of
