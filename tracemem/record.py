@@ -3,15 +3,14 @@
 These are exactly the rows the store writes (`steps`, `reads`, `writes`,
 `decisions`), so a run loaded back from DuckDB is the same object as a live one.
 `RunLoader` is what readers of a run (replay, backtracking) may ask of the store
-the run was recorded in, so they never reach into the store itself.
+the run was recorded in, so they never reach into the store itself; `RunRecord` is what
+they read of the run (`tracemem.run.Run` is one), so that they need not import run.py,
+which imports them.
 """
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence
-
-if TYPE_CHECKING:
-    from .run import Run
+from typing import Any, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence, Union
 
 Verb = Literal["set", "append", "delete"]
 # map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
@@ -80,7 +79,7 @@ class ThreadRun(NamedTuple):
     inputs: dict[str, Any]  # its recorded input (the whole starting scope for the thread's first run)
     first: bool  # whether it starts the thread
     writes: list[Write]  # its writes (to one field, when asked for one), failed steps left out
-    run: Optional["Run"] = None  # the live Run, when at hand (else it is loaded from the store on demand)
+    run: Optional["RunRecord"] = None  # the live Run, when at hand (else it is loaded from the store on demand)
 
 
 class ResumePoint(NamedTuple):
@@ -101,9 +100,9 @@ class ResumePoint(NamedTuple):
 class RunLoader(Protocol):
     """What readers of a run may ask of the store it was recorded in (`tracemem.store.Store`)."""
 
-    def run(self, run_id: str) -> "Run": ...
+    def run(self, run_id: str) -> "RunRecord": ...
 
-    def runs_by_id(self, run_ids: list[str]) -> dict[str, "Run"]: ...
+    def runs_by_id(self, run_ids: list[str]) -> dict[str, "RunRecord"]: ...
 
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]: ...
 
@@ -112,3 +111,27 @@ class RunLoader(Protocol):
     def pruned_at(self, run_id: str) -> Optional[Any]: ...
 
     def broken_thread(self, run_id: str, oldest: str) -> str: ...
+
+
+class RunRecord(Protocol):
+    """What replay and backtracking read of a run: its record, where it started from, and the store that
+    can load the runs it points to. `tracemem.run.Run` is the one implementation."""
+
+    run_id: str
+    pipeline: str
+    schema: Any
+    input_json: str
+    continues: Optional[str]
+    forked_from_run_id: Optional[str]
+    forked_from_step: Optional[int]
+    steps: Sequence[Step]
+    reads: Sequence[Read]
+    writes: Sequence[Write]
+    decisions: Sequence[Decision]
+    rows: dict[str, list[dict[str, Any]]]
+    children: Sequence["RunRecord"]
+    store: Optional[RunLoader]
+
+    def thread(self, root: Optional[str] = None, *, load: bool = True) -> list[ThreadRun]: ...
+
+    def value_at(self, path: str, step: Union[int, str, None] = None) -> Any: ...

@@ -13,7 +13,7 @@ step to the write that put its element there).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable, Optional
+from typing import Awaitable, Callable, Optional
 
 from ..errors import TracememError
 from ..scope.tracked import private_copy
@@ -22,18 +22,18 @@ from .program import Instruction
 from .spec import StageSpec
 from .steps import Abort, Begun
 
-if TYPE_CHECKING:
-    from .runner import Execution
 
 
 class ParallelSteps:
-    """The fork and map node kinds of `Execution`."""
+    """The fork and map node kinds of `Execution` (flow/runner.py), which inherits them: they use its step
+    path (`_begin`, `_call`, `_fail`, `_record`, `_break`, `state`, `async_mode`), not named here since
+    runner.py imports this module."""
 
-    async def _do_fork(self: "Execution", ins: Instruction, pc: int) -> int:
+    async def _do_fork(self, ins: Instruction, pc: int) -> int:
         begun = [self._begin(ins, spec, "fork-branch") for spec in ins.node.branches]
         return await self._parallel(ins, begun, [s.id for s in ins.node.branches], pc)
 
-    async def _do_map(self: "Execution", ins: Instruction, pc: int) -> int:
+    async def _do_map(self, ins: Instruction, pc: int) -> int:
         spec: StageSpec = ins.spec  # type: ignore[assignment]
         over = ins.node.over
         begun = [self._begin(ins, spec, spec.kind) for _ in range(len(self.state.data.get(over) or ()))]
@@ -42,7 +42,7 @@ class ParallelSteps:
         return await self._parallel(ins, begun, [f"{spec.id}[{i}]" for i in range(len(begun))], pc) if begun \
             else pc + 1
 
-    async def _parallel(self: "Execution", ins: Instruction, begun: list[Begun], labels: list[str], pc: int) -> int:
+    async def _parallel(self, ins: Instruction, begun: list[Begun], labels: list[str], pc: int) -> int:
         """Run begun steps at once (a fork's branches, a map's elements); commit them in order, or none."""
         outcomes = await run_branches(lambda i: self._call(begun[i]), [b.spec.is_async for b in begun],
                                       self.async_mode)

@@ -13,7 +13,7 @@ import json
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import networkx as nx
 
@@ -22,10 +22,8 @@ from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from ..scope.view import ScopeView, view_class
 from .interrupt import mentions_interrupt
-from .spec import BranchNode, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode
+from .spec import BranchNode, Declaration, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode
 
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
 
 Op = Literal["stage", "branch", "fork", "subflow", "loop", "jump", "map"]
 
@@ -64,7 +62,7 @@ class Instruction:
 class Program:
     """The compiled, validated form of a `Pipeline`."""
 
-    def __init__(self, pipeline: "Pipeline[Any]") -> None:
+    def __init__(self, pipeline: Declaration) -> None:
         self.pipeline = pipeline
         self.ins: list[Instruction] = []
         self.ids: dict[str, int] = {}

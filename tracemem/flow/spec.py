@@ -9,13 +9,10 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 from ..errors import PipelineError
 from ..record import StepKind
-
-if TYPE_CHECKING:
-    from .pipeline import Flow
 
 @dataclass
 class StageSpec:
@@ -103,7 +100,7 @@ class ForkNode:
 @dataclass
 class SubflowNode:
     spec: StageSpec  # fn is unused; id/name/description describe the step
-    flow: "Flow[Any]"
+    flow: Any  # the child `Flow` (pipeline.py, which imports this module: not named here)
     inputs: Union[Mapping[str, str], Callable[[Any], dict]]
     outputs: Mapping[str, str]
 
@@ -123,3 +120,14 @@ class MapNode:
 
 
 Node = Union[StageNode, BranchNode, ForkNode, SubflowNode, LoopNode, MapNode]
+
+
+class Declaration(Protocol):
+    """What compiling reads of a declared pipeline (`Pipeline` is one; program.py compiles it without
+    importing pipeline.py, which imports program.py)."""
+
+    name: str
+    scope: type
+    nodes: list[Node]
+    max_iterations: int
+    query: Optional[str]

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from ..errors import TracememError, UsageError
+from ..record import RunRecord
 
-if TYPE_CHECKING:
-    from ..run import Run
-    from .trace import Trace
 
 BASIS = ("causal: the run re-executed without the source from where it entered; unchanged model requests "
          "were answered from the record")
@@ -58,7 +56,7 @@ def _source_text(without: Any) -> str:
     raise UsageError(f"a counterfactual leaves out 'memory:ID', 'run:ID' or 'section:KIND:ID', got {text!r}")
 
 
-def entry_step(run: "Run", source: str) -> Optional[int]:
+def entry_step(run: "RunRecord", source: str) -> Optional[int]:
     """The first step of `run` where `source` ("kind:id") entered it (None: it never did)."""
     kind, _, ident = source.partition(":")
     steps = [row["step"] for table, column in _ENTRIES.get(kind, ()) for row in run.rows.get(table, ())
@@ -70,11 +68,11 @@ def entry_step(run: "Run", source: str) -> Optional[int]:
     return min(steps) if steps else None
 
 
-def counterfactual(trace: "Trace", without: Any, *, flow: Any, model: Any = None,
+def counterfactual(run: RunRecord, path: str, without: Any, *, flow: Any, model: Any = None,
                    env: Optional[Mapping[str, Any]] = None, store: Any = None) -> Counterfactual:
-    """Re-execute the traced run without `without` and compare the traced value (see the module doc).
-    `model` (or `env`) is what a changed model call goes to; `flow` is the flow that recorded the run."""
-    run = trace.run
+    """Re-execute the traced run without `without` and compare its value at `path` (see the module doc;
+    `Trace.counterfactual` calls this). `model` (or `env`) is what a changed model call goes to; `flow` is
+    the flow that recorded the run."""
     source = _source_text(without)
     store = store or run.store
     if store is None:
@@ -88,17 +86,17 @@ def counterfactual(trace: "Trace", without: Any, *, flow: Any, model: Any = None
     fork_env = dict(env or {})
     if model is not None:
         fork_env["model"] = model
-    label = {"without": [source], "of_run": run.run_id, "path": trace.path, "basis": "causal"}
+    label = {"without": [source], "of_run": run.run_id, "path": path, "basis": "causal"}
     fork = flow.fork(run, after, store=store, env=fork_env, replay=True, without=[source], counterfactual=label,
                      raise_on_error=False)
-    before, now = _value(run, trace.path), _value(fork, trace.path)
+    before, now = _value(run, path), _value(fork, path)
     calls = fork.rows.get("model_calls", [])
     replayed = sum(1 for c in calls if c.get("replayed"))
-    return Counterfactual(trace.path, source, before, now, before != now, fork.run_id, after,
+    return Counterfactual(path, source, before, now, before != now, fork.run_id, after,
                           len(calls) - replayed, replayed)
 
 
-def _value(run: "Run", path: str) -> Any:
+def _value(run: "RunRecord", path: str) -> Any:
     try:
         return run.value_at(path)
     except TracememError:

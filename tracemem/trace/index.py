@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from ..record import Read, Write
+from ..record import Read, RunRecord, Write
 from ..scope.paths import parse_path
 
-if TYPE_CHECKING:
-    from ..run import Run
 
 
 class RunIndex:
     """Lookups over one run's record used while walking it."""
 
-    def __init__(self, run: "Run") -> None:
+    def __init__(self, run: "RunRecord") -> None:
         self.run = run
         failed = {s.step for s in run.steps if s.status != "ok"}
         self.steps = {s.step: s for s in run.steps}

@@ -14,13 +14,36 @@ expands.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Iterable, Optional, Protocol
+
+import networkx as nx
 
 from ..memory.errors import MemoryNotFoundError
+from ..record import Read, RunLoader, RunRecord
 from .index import RunIndex
 
-if TYPE_CHECKING:
-    from .walk import Walker
+
+class Walker(Protocol):
+    """What these expansions ask of the walk (`walk.Walker`, which calls them: so they name it this way,
+    without importing it back)."""
+
+    g: nx.DiGraph
+    cross_runs: bool
+    store: Optional[RunLoader]
+
+    def index(self, run_id: str, live: Optional[RunRecord] = None) -> Optional[RunIndex]: ...
+
+    def add(self, node: str, depth: int, idx: Optional[RunIndex], item: Any, **attrs: Any) -> bool: ...
+
+    def link(self, parent: str, child: str, kind: str) -> None: ...
+
+    def gone(self, run_id: str) -> str: ...
+
+    def pruned_run(self, run_id: str, depth: int, via: str) -> str: ...
+
+    def step_node(self, idx: RunIndex, step: int, depth: int, turn_only: bool = False) -> str: ...
+
+    def read_sources(self, node: str, idx: RunIndex, reads: Iterable[Read], depth: int) -> None: ...
 
 
 def _sections(idx: RunIndex, prompt_id: str) -> list[dict[str, Any]]:

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import networkx as nx
 
 from ..errors import UsageError
-from ..record import Step
+from ..record import RunRecord, Step
 from ..text import clip
 
-if TYPE_CHECKING:
-    from ..run import Run
 
 __all__ = ["KINDS", "Trace", "describe", "describe_decision"]
 
@@ -41,7 +39,7 @@ _SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]
 class Trace:
     """The result of `run.backtrack(path)`."""
 
-    def __init__(self, run: "Run", path: str) -> None:
+    def __init__(self, run: "RunRecord", path: str) -> None:
         self.run = run
         self.run_id = run.run_id
         self.path = path
@@ -230,7 +228,7 @@ class Trace:
         unlike `influence()`. See `tracemem.trace.counterfactual`."""
         from .counterfactual import counterfactual
 
-        return counterfactual(self, without, flow=flow, model=model, env=env, store=store)
+        return counterfactual(self.run, self.path, without, flow=flow, model=model, env=env, store=store)
 
     def to_json(self) -> dict[str, Any]:
         """The trace as a JSON-able dict of nodes and edges."""

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from ..errors import PathError
-from ..record import Read, ThreadRun, Write
+from ..record import Read, RunRecord, ThreadRun, Write
 from ..scope.paths import parse_path, root_of
 from . import sources
 from .index import RunIndex
 from .trace import Trace
 
-if TYPE_CHECKING:
-    from ..run import Run
 
 
 WINDOW = 64  # turns of a thread read from the store at a time
@@ -44,10 +42,10 @@ class Walker:
         self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
         self.threads: dict[str, tuple[list[ThreadRun], int]] = {}  # run id → (its thread, its position)
         self.by_root: dict[tuple[int, str], list[ThreadRun]] = {}  # (id of a thread, field) → its writes there
-        self.loaded: dict[str, "Run"] = {}  # runs read from the store, not yet indexed
+        self.loaded: dict[str, "RunRecord"] = {}  # runs read from the store, not yet indexed
         self.absent: set[str] = set()  # runs asked for and not in the store
 
-    def index(self, run_id: str, live: Optional["Run"] = None) -> Optional[RunIndex]:
+    def index(self, run_id: str, live: Optional["RunRecord"] = None) -> Optional[RunIndex]:
         if run_id not in self.indexes and live is not None:
             self.indexes[run_id] = RunIndex(live)
         if run_id not in self.indexes:
@@ -298,7 +296,7 @@ class Walker:
             self.expand(node, depth, idx, item)
 
 
-def scope_fields(run: "Run") -> Optional[list[str]]:
+def scope_fields(run: "RunRecord") -> Optional[list[str]]:
     """The fields of the run's scope: from its schema when known, else from the recorded paths (the
     starting scope and the writes); None when neither can tell (a resumed run of an unknown scope)."""
     if run.schema is not None:
@@ -312,7 +310,7 @@ def scope_fields(run: "Run") -> Optional[list[str]]:
     return fields
 
 
-def backtrack(run: "Run", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
+def backtrack(run: "RunRecord", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
               cross_runs: bool = True) -> Trace:
     """Build the Trace of the last write of `path` in `run` (see `tracemem.trace.trace`). A path whose field
     the scope does not have is an error listing the fields (a field it has but never wrote is `missing`)."""
