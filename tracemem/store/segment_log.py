@@ -257,7 +257,7 @@ class SegmentLog:
         this needs no room) of a segment with a zero tail, else cut the file; if that fails too, refuse
         further appends."""
         try:
-            if self._tail is not None or self._prealloc:
+            if self._prealloc:  # (a mapped segment is one: sized to its whole length)
                 if written:
                     os.pwrite(self._fd, bytes(written), offset)
             else:
