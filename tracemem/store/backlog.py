@@ -29,6 +29,7 @@ from ..errors import StoreError
 from ..record import value_chars
 from ..run import Run
 from .batch import rows_since
+from .log_codec import decode
 
 MAX_COST = 64_000
 """Default bound of the queue's cost: ~64k rows, or ~4 MB of recorded text."""
@@ -38,21 +39,37 @@ BATCH_COST = 32_000
 """Default bound of one batch (a single run larger than this is still written whole, alone)."""
 
 
-def queued(run: Run) -> Run:
+def queued(run: Run, entry: Optional[bytes] = None) -> Run:
     """The run as the backlog keeps it: a Run with the same attributes (its notes and rows shared, so what
     the writer notes reaches the caller's Run), its steps, reads and writes as tuples of plain tuples, and
     without its final state object (`output_json` holds what the writer stores). Only the writer reads it.
+    A run journaled whole keeps no records at all: its journal `entry` holds them, the writer folds that in
+    as it is (store/entry_fold.py), and `restored` decodes them should the writer need them after all.
     Why: runs wait for the writer long enough to be promoted to the garbage collector's oldest generation,
     and every full collection walks what is there; the more a run promotes, the more often one comes. The
     collector stops tracking a tuple of plain values (never a list, a NamedTuple or a pydantic model), so
-    this copy promotes three objects where the caller's Run would promote ~15."""
+    this copy promotes three objects where the caller's Run would promote ~15 (bytes: none)."""
     kept = object.__new__(Run)
     kept.__dict__.update(run.__dict__)
-    kept.steps, kept.reads, kept.writes = (tuple(map(tuple, run.steps)), tuple(map(tuple, run.reads)),
-                                           tuple(map(tuple, run.writes)))
+    if entry is None:
+        kept.steps, kept.reads, kept.writes = (tuple(map(tuple, run.steps)), tuple(map(tuple, run.reads)),
+                                               tuple(map(tuple, run.writes)))
+    else:
+        kept.steps = kept.reads = kept.writes = ()
+        kept.entry = entry
     kept.decisions, kept.children, kept.links = tuple(run.decisions), tuple(run.children), tuple(run.links)
     kept.output = None
     return kept
+
+
+def restored(run: Run) -> Run:
+    """A queued run with its steps, reads and writes back from its journal entry, if it has one (to be written
+    the Python way: after a batch whose entries SQL could not fold)."""
+    if run.entry is not None:
+        record = decode(run.entry)
+        run.steps, run.reads, run.writes = tuple(record.steps), tuple(record.reads), tuple(record.writes)
+        run.entry = None
+    return run
 
 
 def cost_of(run: Run) -> int:
@@ -102,6 +119,7 @@ class Backlog:
         self.seq = 0  # the sequence number of the last run queued
         self._taken_since: Optional[float] = None  # enqueue time of the oldest run being written
         self._taken_at, self._taken_cost = 0.0, 0  # when the batch being written was taken, and its cost
+        self._taken: list[int] = []  # the costs of the runs being written (what `put_back` queues again)
         self._rate: Optional[float] = None  # cost units the writer writes per second (moving average)
         self._last_written: Optional[float] = None  # when the last batch was written, if runs were left queued
         self._peak_runs = self._peak_cost = self._waits = 0
@@ -151,6 +169,7 @@ class Backlog:
         one run); they count as being written until `written` or `put_back`."""
         with self._cv:
             runs: list[Run] = []
+            costs: list[int] = []
             cost = 0
             items = self._items
             while items and (upto is None or items[0][2] <= upto) and (
@@ -159,7 +178,9 @@ class Backlog:
                 if not runs:
                     self._taken_since = at
                 runs.append(self._runs.popleft())
+                costs.append(c)
                 cost += c
+            self._taken = costs
             self._cost -= cost
             self._taken_at, self._taken_cost = time.monotonic(), cost
             return runs
@@ -182,10 +203,11 @@ class Backlog:
             self._cv.notify_all()
 
     def put_back(self, runs: list[Run], failure: Optional[StoreError]) -> None:
-        """Runs taken but not written go back to the front (oldest first); `failure` says why."""
+        """Runs taken but not written (the last of those taken) go back to the front, oldest first, at the
+        cost they were queued at; `failure` says why."""
         with self._cv:
             at = self._taken_since if self._taken_since is not None else time.monotonic()
-            costs = [cost_of(r) for r in runs]
+            costs = self._taken[len(self._taken) - len(runs):] if runs else []
             self._runs.extendleft(reversed(runs))
             self._items.extendleft((c, at, 0) for c in reversed(costs))
             self._cost += sum(costs)

@@ -19,7 +19,7 @@ import os
 import socket
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Iterable, Literal, Optional, Sequence
+from typing import Any, Iterable, Literal, Optional, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -162,9 +162,18 @@ class Progress:
     #                    or claimed by a resume, whose record so far is `written`)
 
 
+class Fold(Protocol):
+    """Who folds whole-run journal entries into the tables in SQL (store/entry_fold.py, on a DuckDB file)."""
+
+    def tables(self, entries: Sequence[bytes]) -> list[tuple[str, pa.Table]]: ...
+
+    def sql(self) -> str: ...
+
+
 class Batch:
     """Rows waiting to be inserted: `rows` per table, and for the hot tables their record tuples as the
-    run holds them (`records`, with a run id column beside them), turned into columns once per batch."""
+    run holds them (`records`, with a run id column beside them), turned into columns once per batch; and
+    runs journaled whole (`entries`), whose runs row and records DuckDB folds in from the journal's bytes."""
 
     def __init__(self, lease: Optional[str] = None) -> None:
         self.lease = lease  # the store opening whose runs rows this batch writes
@@ -175,6 +184,7 @@ class Batch:
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
         self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
         self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
+        self.entries: list[bytes] = []  # whole-run journal entries (see `add_journaled`)
 
     def merge(self, other: "Batch") -> None:
         """Take another batch's rows (the journal replays each entry into its own, then merges it)."""
@@ -228,6 +238,14 @@ class Batch:
             self.journaled.append(run.run_id)
         self.add_part(run, progress.written, None, extra)
 
+    def add_journaled(self, run: Run, entry: bytes) -> None:
+        """A finished run journaled whole (store/run_log.py): its runs row, steps, reads and writes are folded
+        in from `entry` by SQL (store/entry_fold.py), off the GIL; its decisions and extra rows go the Python way."""
+        self.runs[run.run_id] = run
+        self.entries.append(entry)
+        self.add_steps(run.run_id, (), (), (), run.decisions)
+        self.add_extra(rows_since(run))
+
     def add_part(self, run: Run, start: Optional[Mark], end: Optional[Mark], extra: bool = True) -> None:
         """The run's record between two marks (None: its start / its end)."""
         s = start or (0, 0, 0, 0, {})
@@ -239,13 +257,16 @@ class Batch:
             for table, count in e[4].items():
                 self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
 
-    def insert(self, con: Any) -> None:
-        """Insert everything as one transaction of one Arrow batch per table; if a value cannot be held,
-        again with every value made storable and each change noted on its run."""
+    def insert(self, con: Any, fold: Optional[Fold] = None) -> None:
+        """Insert everything as one transaction of one Arrow batch per table (and `fold`'s statements for the
+        entries); if a value cannot be held, again with every value made storable and each change noted on its
+        run. A batch with entries is not tried again: its runs are written the Python way instead (Writer)."""
+        if self.entries and fold is None:
+            raise TracememError("a batch of journal entries needs the DuckDB file's fold (store/entry_fold.py)")
         try:
-            self._insert(con, None)
+            self._insert(con, None, fold)
         except BaseException as err:
-            if not is_data_error(err):
+            if self.entries or not is_data_error(err):
                 raise
             cleaner = Cleaner()
             self._insert(con, cleaner)
@@ -269,19 +290,23 @@ class Batch:
             out.append((table, pa.Table.from_arrays(list(arrays.values()), names=list(arrays))))
         return out
 
-    def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
+    def _insert(self, con: Any, cleaner: Optional[Cleaner], fold: Optional[Fold] = None) -> None:
         tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
+        folded = fold.tables(self.entries) if fold is not None and self.entries else []
         updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
             cleaner is not None and cleaner.rendered())
         con.execute("BEGIN TRANSACTION")  # (it also ends a result left unfetched, which register() refuses)
         try:
             for name, (_, batch) in zip(names, tables):
                 con.register(name, batch)
+            for name, doc in folded:
+                con.register(name, doc)
             # one call for the inserts (and the commit when nothing follows): each call hands the GIL to the
             # flow's thread and waits to get it back, so fewer calls let both threads get on
-            statements = "".join(f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
-                                 for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
+            statements = (fold.sql() if fold is not None and folded else "") + "".join(
+                f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
+                for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
             if statements:
                 con.execute(statements).fetchall()
             if not updates:
@@ -314,7 +339,7 @@ class Batch:
             rollback(con)
             raise
         finally:
-            for name in names:
+            for name in names + [name for name, _ in folded]:
                 con.unregister(name)
 
 

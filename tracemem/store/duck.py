@@ -23,6 +23,7 @@ from ..errors import TracememError
 from ..memory import sql as memory_sql
 from .batch import Batch
 from .diagnose import open_error
+from .entry_fold import EntryFold
 from .opening import connect, recover_dead_runs
 from .retention import export
 from .run_log import RunLog, open_run_log
@@ -57,6 +58,7 @@ class DuckBackend:
             weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
         self._local = threading.local()
         self.run_log: Optional[RunLog] = None
+        self.fold: Optional[EntryFold] = None  # folds the runs the run journal holds whole (store/entry_fold.py)
         try:
             with lock:
                 open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
@@ -67,6 +69,7 @@ class DuckBackend:
                 self.salt: Optional[str] = salt  # hex (the Store derives its key from it)
                 if not read_only and path != ":memory:":  # replayed first: it may hold runs left running
                     self.run_log = open_run_log(path, self.con, salt or "", fsync=fsync, lease=lease, say=log)
+                    self.fold = EntryFold(self.con)
                 # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
                 # journal is replayed, and those that never ended are marked interrupted
                 self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
@@ -88,7 +91,7 @@ class DuckBackend:
 
     # -- writing ---------------------------------------------------------------------------
     def insert(self, batch: Batch) -> None:
-        batch.insert(self.con)
+        batch.insert(self.con, self.fold)
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])

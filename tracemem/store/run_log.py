@@ -80,10 +80,13 @@ class RunLog:
         """A run ended: the facts its runs row learns."""
         self._append(run.run_id, self.codec.end(run.run_id, end_facts(run)))
 
-    def whole(self, run: Run) -> None:
-        """A finished run in one entry (durability "run")."""
-        self._append(run.run_id, self.codec.run(run_row(run, self.lease), run.steps, run.reads, run.writes,
-                                                run.decisions, rows_since(run)))
+    def whole(self, run: Run) -> bytes:
+        """A finished run in one entry (durability "run"), which it returns: the writer folds it into the tables
+        as it is (store/entry_fold.py)."""
+        entry = self.codec.run(run_row(run, self.lease), run.steps, run.reads, run.writes, run.decisions,
+                               rows_since(run))
+        self._append(run.run_id, entry)
+        return entry
 
     # -- after the tables hold runs ----------------------------------------------------------------
     def written(self, run_ids: Sequence[str]) -> None:

@@ -32,7 +32,7 @@ from ..errors import StoreError, TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
-from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued, restored
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
 from .journal import end_entry, part_entry, run_entry, step_entry
@@ -128,13 +128,13 @@ class Writer:
         """One durable journal row (see store/journal.py)."""
         self.write_durably(f"journaling run {run_id}", None, [run_id, step, kind, payload])
 
-    def logged(self, run: Run, append: Callable[..., None], *args: Any) -> None:
-        """Append to the run journal (`append(run, *args)`); a failure of its disk stops the store as a failed
-        write does."""
+    def logged(self, run: Run, append: Callable[..., Any], *args: Any) -> Any:
+        """Append to the run journal (`append(run, *args)`, whose result it returns); a failure of its disk
+        stops the store as a failed write does."""
         if self.backlog.failure is not None:
             self.check()
         try:
-            append(run, *args)
+            return append(run, *args)
         except JournalError as err:
             raise self.journal_failed(run, err) from err
 
@@ -145,14 +145,18 @@ class Writer:
         return failure
 
     # -- the queue -----------------------------------------------------------------------
-    def enqueue(self, run: Run) -> None:
-        """Queue a finished run for the background writer; waits while the queue is full."""
+    def enqueue(self, run: Run, cost: Optional[int] = None) -> None:
+        """Queue a finished run for the background writer (`cost`: `cost_of` the run as it ended, when what is
+        queued is a copy without its records); waits while the queue is full, and yields the GIL once if the
+        writer is busy."""
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
                     self._thread.start()
-        self.backlog.put(run, cost_of(run))
+        self.backlog.put(run, cost_of(run) if cost is None else cost)
+        if self.busy:
+            time.sleep(0)  # hands the GIL to the writer (see `busy`)
 
     def _loop(self) -> None:
         interval = self.flush_interval if self.flush_interval > 0 else 0.05
@@ -173,17 +177,24 @@ class Writer:
                     return
 
     def _write(self, runs: list[Run]) -> bool:
-        """Write runs as one batch; False when the file failed (they are queued again)."""
+        """Write runs as one batch; False when the file failed (they are queued again). A batch of runs
+        journaled whole that SQL could not fold is written again the Python way (`restored`)."""
+        batch = Batch(self.lease)
         try:
-            batch = Batch(self.lease)
             for run in runs:
-                batch.add_run(run, self.progress.get(run.run_id))
+                progress = self.progress.get(run.run_id)
+                if run.entry is not None and progress is None:
+                    batch.add_journaled(run, run.entry)
+                else:
+                    batch.add_run(run, progress)
             batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
             self.write_now(batch)
         except BaseException as err:
             if storage_failure(err) is not None:
                 self.backlog.put_back(runs, self._failed(err, f"writing {len(runs)} runs"))
                 return False
+            if batch.entries:
+                return self._write([restored(run) for run in runs])
             return self._write_each(runs)
         self._done(runs)
         self.on_written(len(runs))
@@ -201,7 +212,7 @@ class Writer:
         """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
         extra rows or query embedding cannot be written is written without them; one that still fails is
         written as its runs row alone; each says so in its notes. Errors are raised by the next flush()."""
-        for i, run in enumerate(runs):
+        for i, run in enumerate(map(restored, runs)):
             first: Optional[BaseException] = None
             for level in ("whole", "without extras", "row only"):
                 kept = len(run.notes)
@@ -334,10 +345,16 @@ class StoreSink:
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
+        runlog = writer.runlog
+        if self.durability == "run" and runlog is not None and run.resumed_from is None:
+            # on disk before flow.run returns; the writer folds the journal entry in as it is (entry_fold.py)
+            entry = writer.logged(run, runlog.whole)
+            writer.on_end(run)
+            writer.enqueue(queued(run, entry), cost_of(run))
+            return
         if run.resumed_from is None:
             run = queued(run)  # the writer's copy, its records plain tuples (see backlog.queued)
         writer.on_end(run)
-        runlog = writer.runlog
         if self.durability == "stage" and runlog is not None:
             writer.logged(run, runlog.end)
             writer.inflight.pop(run.run_id, None)
@@ -345,11 +362,9 @@ class StoreSink:
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"
             writer.inflight.pop(run.run_id, None)
-        elif runlog is not None and run.resumed_from is not None:  # on disk before flow.resume returns
+        elif runlog is not None:  # a resumed run: on disk before flow.resume returns
             writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
             writer.logged(run, runlog.end)
-        elif runlog is not None:  # every run is on disk before flow.run returns
-            writer.logged(run, runlog.whole)
         elif writer.flush_interval <= 0 and run.resumed_from is not None:  # on disk before flow.resume returns
             progress = writer.progress[run.run_id]
             start = progress.written or run.resumed_from
@@ -361,5 +376,3 @@ class StoreSink:
             writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
             writer.progress[run.run_id] = Progress(journal="run")
         writer.enqueue(run)
-        if writer.busy:
-            time.sleep(0)  # hands the GIL to the writer (see Writer.busy)

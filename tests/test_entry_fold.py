@@ -1,0 +1,144 @@
+"""Runs journaled whole are folded into the tables by SQL from their journal entries (store/entry_fold.py):
+what lands in every table is exactly what the Python way (store/batch.py) writes for the same runs, a
+batch SQL cannot fold is written the Python way instead, and the writer's copy of such a run keeps no
+records of its own."""
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from tracemem import Pipeline
+from tracemem.run import Run
+from tracemem.store import Store
+from tracemem.store.backlog import queued, restored
+from tracemem.store.batch import COLUMNS, Batch
+from tracemem.store.entry_fold import statements
+
+
+class Q(BaseModel):
+    question: str = ""
+    facts: list[str] = []
+    answer: str = ""
+    score: int = 0
+
+
+class Sub(BaseModel):
+    text: str = ""
+    out: str = ""
+
+
+def recall(s, ctx):
+    ctx.emit("memory_uses", memory_id="m-1", outcome="injected", reason="confident \"quoted\"", score=0.75, rank=1)
+    ctx.log("looked it up: héllo ✓ 😀 \\ back\\slash\nnew line\ttab \x00 nul")
+    s.facts.append("ana likes ducks — ünïcode")
+
+
+def rate(s):
+    s.score = len(s.question)
+
+
+def route(s):
+    return "answer" if s.score < 12 else "refuse"
+
+
+def answer(s):
+    s.answer = f"{s.question} -> {s.facts[0]}"
+
+
+def refuse(s, ctx):
+    ctx.degrade("the question was too long")
+    s.answer = "no"
+
+
+def explode(s):
+    raise ValueError("the model returned nonsense: ∅ «quotes» 'single'")
+
+
+def upper(s):
+    s.out = s.text.upper()
+
+
+AGENT = Pipeline("agent", Q).then(recall).then(rate).branch(route, {"answer": answer, "refuse": refuse}).build()
+FAILING = Pipeline("broken", Q).then(rate).then(explode).build()
+SUBFLOW = (Pipeline("outer", Q).then(rate)
+           .subflow(Pipeline("inner", Sub).then(upper).build(), inputs={"text": "question"}, outputs={"answer": "out"})
+           .build())
+
+
+def _record(store: Store) -> list[Run]:
+    """Varied runs into `store`; every Run as it ended (the live objects the sink was handed)."""
+    ended: list[Run] = []
+    on_end = store.writer.on_end
+    store.writer.on_end = lambda run: (ended.append(run), on_end(run))[1]
+    for question in ("short", "a question far too long", "ünï ✓"):
+        AGENT.run({"question": question}, store=store)
+    FAILING.run({"question": "q"}, store=store, raise_on_error=False)
+    SUBFLOW.run({"question": "quack"}, store=store)
+    AGENT.run({"question": "staged"}, store=store, durability="stage")  # the Python way, in the same batches
+    store.flush()
+    store.writer.on_end = on_end
+    return ended
+
+
+def _tables(store: Store) -> dict[str, list[tuple]]:
+    return {t: store.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in COLUMNS if t != "run_embeddings"}
+
+
+def test_a_folded_run_is_stored_exactly_as_the_python_way_stores_it(tmp_path):
+    with Store(str(tmp_path / "fold.duckdb")) as folded:
+        folds = []
+        sql = folded.backend.fold.sql
+        folded.backend.fold.sql = lambda: (folds.append(1), sql())[1]
+        runs = _record(folded)
+        assert folds, "the batches were not folded from the journal"
+        assert [r.status for r in runs].count("failed") == 1 and any(r.parent_run_id for r in runs)
+        with Store(str(tmp_path / "python.duckdb")) as python:
+            batch = Batch(folded.writer.lease)
+            for run in runs:
+                batch.add_run(run)
+            python.writer.write_now(batch)
+            want, got = _tables(python), _tables(folded)
+    assert want["steps"] and want["reads"] and want["writes"] and want["decisions"] and want["memory_uses"]
+    for table in want:
+        assert got[table] == want[table], table
+
+
+def test_a_batch_sql_cannot_fold_is_written_the_python_way(tmp_path):
+    def cut(s, ctx):
+        ctx.log("line \ud83d")  # a lone surrogate: JSON that DuckDB's parser refuses
+
+    bad = Pipeline("cut", Q).then(cut).build()
+    with Store(str(tmp_path / "q.duckdb")) as store:
+        good = [AGENT.run({"question": f"q{i}"}, store=store) for i in range(3)]
+        run = bad.run({}, store=store)
+        after = AGENT.run({"question": "after"}, store=store)
+        store.flush()
+        counts = dict(store.sql("SELECT run_id, count(*) FROM steps GROUP BY 1").fetchall())
+        assert counts == {r.run_id: len(r.steps) for r in [*good, run, after]}
+        assert store.sql("SELECT logs FROM steps WHERE run_id = ?", [run.run_id]).fetchall() == [(["line \\ud83d"],)]
+        assert any("lone surrogates" in note for note in store.run(run.run_id).notes)
+        assert all(store.run(r.run_id).notes == [] for r in [*good, after])
+
+
+def test_the_writers_copy_of_a_journaled_run_keeps_only_its_entry(tmp_path):
+    with Store(str(tmp_path / "q.duckdb")) as store:
+        kept: list[Run] = []
+        enqueue = store.writer.enqueue
+        store.writer.enqueue = lambda run, cost=None: (kept.append(run), enqueue(run, cost))[1]
+        run = AGENT.run({"question": "short"}, store=store)
+        store.flush()
+    copy = kept[0]
+    assert copy.steps == copy.reads == copy.writes == () and isinstance(copy.entry, bytes)
+    assert copy.notes is run.notes and copy.rows is run.rows  # what the writer notes reaches the caller's Run
+    back = restored(queued(run, copy.entry))
+    assert back.entry is None
+    assert [tuple(x) for x in back.steps] == [tuple(x) for x in run.steps]
+    assert [tuple(x) for x in back.reads] == [tuple(x) for x in run.reads]
+    assert [tuple(x) for x in back.writes] == [tuple(x) for x in run.writes]
+
+
+@pytest.mark.parametrize("table", ["runs", "steps", "reads", "writes"])
+def test_the_fold_inserts_every_given_column(table):
+    sql = statements()[table]
+    names = sql[sql.index("(") + 1:sql.index(")")].split(", ")
+    assert set(names) == {c for c, _ in COLUMNS[table]}

@@ -1,0 +1,95 @@
+"""Folding whole-run journal entries into the tables inside DuckDB, off the GIL.
+
+Why: to journal a finished run (store/run_log.py), the flow's thread has already encoded
+it as one JSON entry (store/log_codec.py). Building the same runs, steps, reads and writes
+rows again as Arrow columns from Python tuples held the GIL for ~3 µs per stage in the
+background writer, time the flow's thread spent waiting. DuckDB parses the entries itself,
+without the GIL: a batch's entries go in as one JSON text (one registered Arrow string),
+are parsed once into a temporary table, and four statements prepared when the file opens
+unnest them into their tables, each column cast as `batch.GIVEN` types it and
+`duration_ms` derived as `Batch` derives it. A run's decisions and extra rows (whose JSON
+text the store writes with the standard library's formatting) still go the Python way, in
+the same transaction.
+
+The SQL is generated from `batch.GIVEN` and log_codec's entry layout, so a column added
+to a table reaches the fold as it reaches the journal. A value DuckDB cannot parse or cast
+(a lone surrogate, an int beyond 32 bits) fails the batch; the writer then writes its runs
+again the Python way (`Writer._write`), which makes values storable and notes each change.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from .batch import GIVEN, NS, F, I
+
+__all__ = ["EntryFold"]
+
+DOC = "_tracemem_entry_doc"  # the batch's entries as one JSON array (a registered Arrow table of one row)
+PARSED = "_tracemem_entries"  # a temporary table: one row per entry, its items as text (`e`)
+# 1-based positions of a log_codec entry's items: [version, kind, run_id, steps, reads, writes, run, end, free]
+RUN_ID, RECORDS, RUN_ROW = 3, {"steps": 4, "reads": 5, "writes": 6}, 7
+TEXT_LIST = '["VARCHAR"]'  # a JSON array, its items as text (strings decoded, anything else as its JSON)
+
+
+def _cast(item: str, kind: pa.DataType) -> str:
+    """SQL turning a JSON item (as text) into the column's type, as Arrow turns the Python value."""
+    if kind == NS:
+        return f"make_timestamp_ns({item}::BIGINT)"
+    if kind == I:
+        return f"{item}::INTEGER"
+    if kind == F:
+        return f"{item}::DOUBLE"
+    if kind == pa.bool_():
+        return f"{item}::BOOLEAN"
+    if kind == pa.list_(pa.string()):
+        return f"from_json({item}, '{TEXT_LIST}')"
+    return item  # text, and JSON held as text
+
+
+def _insert(table: str, values: list[str], source: str) -> str:
+    """`INSERT INTO table` from the given columns' expressions (and `duration_ms` where it is derived)."""
+    names = [c for c, _ in GIVEN[table]]
+    exprs = [_cast(v, kind) for v, (_, kind) in zip(values, GIVEN[table])]
+    if table in ("runs", "steps"):  # derived as batch._derived derives it: the ns timestamps' difference
+        at = {c: v for c, v in zip(names, values)}
+        names.append("duration_ms")
+        exprs.append(f"({at['ended_at']}::BIGINT - {at['started_at']}::BIGINT) / 1e6")
+    return f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(exprs)} FROM {source}"
+
+
+def statements() -> dict[str, str]:
+    """The fold's statement per table: the runs row is an entry's run item; steps, reads and writes are
+    its records (their fields in `GIVEN` order after the run id)."""
+    runs = _insert("runs", [f"r[{i + 1}]" for i in range(len(GIVEN["runs"]))],
+                   f"(SELECT from_json(e[{RUN_ROW}], '{TEXT_LIST}') AS r FROM {PARSED})")
+    out = {"runs": runs}
+    for table, at in RECORDS.items():
+        fields = [f"x[{i}]" for i in range(1, len(GIVEN[table]))]
+        out[table] = _insert(table, ["run_id", *fields],
+                             f"(SELECT e[{RUN_ID}] AS run_id, unnest(from_json(e[{at}], '[{TEXT_LIST}]')) AS x "
+                             f"FROM {PARSED})")
+    return out
+
+
+class EntryFold:
+    """The fold on one DuckDB connection: its temporary table and prepared statements, made once."""
+
+    def __init__(self, con: Any) -> None:
+        con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {PARSED} (e VARCHAR[])")
+        self.names = []
+        for table, sql in statements().items():
+            name = f"_tracemem_fold_{table}"
+            con.execute(f"PREPARE {name} AS {sql}")
+            self.names.append(name)
+
+    def tables(self, entries: Sequence[bytes]) -> list[tuple[str, pa.Table]]:
+        """What to register for a batch's entries: one JSON array of them, as one Arrow string."""
+        doc = b"[%s]" % b",".join(entries)
+        return [(DOC, pa.table({"doc": pa.array([doc], type=pa.string())}))]
+
+    def sql(self) -> str:
+        """The statements that fold the registered entries in (inside the batch's transaction)."""
+        return (f"INSERT INTO {PARSED} SELECT unnest(from_json(doc, '[{TEXT_LIST}]')) FROM {DOC}; "
+                + "".join(f"EXECUTE {name}; " for name in self.names) + f"DELETE FROM {PARSED}; ")
