@@ -35,6 +35,7 @@ from ..text import clip
 from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued, restored
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
+from .handoff import yield_gil
 from .journal import end_entry, part_entry, run_entry, step_entry
 from .segment_log import JournalError
 from .snapshots import embedding_rows
@@ -156,7 +157,7 @@ class Writer:
                     self._thread.start()
         self.backlog.put(run, cost_of(run) if cost is None else cost)
         if self.busy:
-            time.sleep(0)  # hands the GIL to the writer (see `busy`)
+            yield_gil()  # hands the GIL to the writer (see `busy`, store/handoff.py)
 
     def _loop(self) -> None:
         interval = self.flush_interval if self.flush_interval > 0 else 0.05
