@@ -12,6 +12,10 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence, Union
 
+built = tuple.__new__
+"""`built(Read, (step, seq, ...))`: a record NamedTuple from all its fields, without the class's Python-level
+`__new__` (half the cost: records are built several times per stage). Every field must be given, in order."""
+
 Verb = Literal["set", "append", "delete"]
 # map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
 # edit: a fork's edits

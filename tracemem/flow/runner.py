@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, Union
 from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
 from ..masking import Masker, mask_step, run_masker
-from ..record import Decision, ResumePoint, Step, StepKind
+from ..record import Decision, ResumePoint, Step, StepKind, built
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
@@ -242,10 +242,10 @@ class Execution(ParallelSteps):
     def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
                 ended: Optional[int]) -> None:
         run, rec, spec = self.run, begun.rec, begun.spec
-        # the one place a Step is built (positionally: this is the hot path)
-        step = Step(rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error,  # type: ignore[arg-type]
-                    begun.started, ended or time.time_ns(), begun.routed_by, begun.child_run_id,
-                    tuple(rec.logs) if rec.logs else ())
+        # the one place a Step is built (every field, positionally: this is the hot path)
+        step: Step = built(Step, (rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error,
+                                  begun.started, ended or time.time_ns(), begun.routed_by, begun.child_run_id,
+                                  tuple(rec.logs) if rec.logs else ()))
         writes, rows, reads = rec.writes if status == "ok" else [], rec.rows, rec.reads
         if self.secret_fields or self.state.secrets:
             step, writes, rows, decision = mask_step(self._masker(rec), step, writes, rows, decision)

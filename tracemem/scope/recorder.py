@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ..errors import ScopeReadError, ScopeWriteError
-from ..record import Read, Write
+from ..record import Read, Write, built
 from .paths import Path, format_path
 from .schema import ScopeSchema, short_error
 from .tracked import SCALARS, track, unwrap
@@ -86,9 +86,9 @@ class StepRecorder:
             self.seen.add(key)
             self.seq += 1
             if source is None:
-                self.reads.append(Read(self.step, self.seq, name, None, None))
+                self.reads.append(built(Read, (self.step, self.seq, name, None, None)))
             else:
-                self.reads.append(Read(self.step, self.seq, name, source[0], source[1]))
+                self.reads.append(built(Read, (self.step, self.seq, name, source[0], source[1])))
         if self.capture is not None:
             self.capture.append((name, value))
         if type(value) in SCALARS or not tracked:
@@ -125,7 +125,7 @@ class StepRecorder:
         except (RecursionError, PydanticSerializationError, UnicodeError) as err:
             dumped = self._unstorable(name, name, value, err)
         self.seq += 1
-        self.writes.append(Write(self.step, self.seq, name, "set", dumped))
+        self.writes.append(built(Write, (self.step, self.seq, name, "set", dumped)))
         self.ops.append(((name,), "set", value))
         self.overlay[name] = value
         self.own[name] = self.seq
@@ -162,7 +162,7 @@ class StepRecorder:
                 f"read scope.{root} again after assigning it",
             )
         self.seq += 1
-        self.writes.append(Write(self.step, self.seq, where, verb, dumped))
+        self.writes.append(built(Write, (self.step, self.seq, where, verb, dumped)))
         self.ops.append((path, verb, value))
         self.overlay[root] = proxy
         self.own[root] = self.seq

@@ -41,6 +41,7 @@ from .segment_log import JournalError
 from .snapshots import embedding_rows
 
 RETRY_INTERVAL = 1.0  # seconds between the writer's retries once the file could not be written
+HANDOFF_GAP = 0.0005  # seconds between a producer's GIL handoffs to a busy writer (see `Writer.busy`)
 
 
 class Writer:
@@ -68,6 +69,7 @@ class Writer:
         self._drain_lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
+        self._handed = 0.0  # when a producer last handed the GIL to the writer (perf_counter)
 
     def sink(self, durability: str) -> "StoreSink":
         return StoreSink(self, durability)
@@ -75,10 +77,12 @@ class Writer:
     @property
     def busy(self) -> bool:
         """Whether the background thread is writing runs now.
-        Why producers ask: between its DuckDB calls the writer needs the GIL for its Python work, and a
-        producer that never blocks (its journal append is a memory copy) gives the GIL up only when the
-        interpreter forces a switch, every 5 ms: a batch waited that long a dozen times over, and the queue
-        filled until flow.run waited for room. A producer yields once per run while this is true."""
+        Why producers ask: the writer needs the GIL ~25 times a batch, briefly (its Python work, and DuckDB
+        checking for signals between its tasks), and a producer that never blocks (its journal append is a
+        memory copy) gives the GIL up only when the interpreter forces a switch, every 5 ms: a batch waited
+        that long 25 times over, and the queue filled until flow.run waited for room. So while this is true
+        a producer hands the GIL over (store/handoff.py), at most every `HANDOFF_GAP` seconds: once per run
+        was five times what the writer needs, and each handoff costs the producer ~20 µs here."""
         return self._drain_lock.locked()
 
     @property
@@ -156,8 +160,9 @@ class Writer:
                     self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
                     self._thread.start()
         self.backlog.put(run, cost_of(run) if cost is None else cost)
-        if self.busy:
-            yield_gil()  # hands the GIL to the writer (see `busy`, store/handoff.py)
+        if self.busy and time.perf_counter() - self._handed > HANDOFF_GAP:
+            yield_gil()  # hands the GIL to the writer (see `busy`)
+            self._handed = time.perf_counter()
 
     def _loop(self) -> None:
         interval = self.flush_interval if self.flush_interval > 0 else 0.05
