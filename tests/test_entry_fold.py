@@ -65,16 +65,17 @@ SUBFLOW = (Pipeline("outer", Q).then(rate)
            .build())
 
 
-def _record(store: Store) -> list[Run]:
-    """Varied runs into `store`; every Run as it ended (the live objects the sink was handed)."""
+def _record(store: Store, durability: str) -> list[Run]:
+    """Varied runs into `store`, most with `durability`, one with the other; every Run as it ended (the live
+    objects the sink was handed)."""
     ended: list[Run] = []
     on_end = store.writer.on_end
     store.writer.on_end = lambda run: (ended.append(run), on_end(run))[1]
     for question in ("short", "a question far too long", "ünï ✓"):
-        AGENT.run({"question": question}, store=store)
-    FAILING.run({"question": "q"}, store=store, raise_on_error=False)
-    SUBFLOW.run({"question": "quack"}, store=store)
-    AGENT.run({"question": "staged"}, store=store, durability="stage")  # the Python way, in the same batches
+        AGENT.run({"question": question}, store=store, durability=durability)
+    FAILING.run({"question": "q"}, store=store, raise_on_error=False, durability=durability)
+    SUBFLOW.run({"question": "quack"}, store=store, durability=durability)
+    AGENT.run({"question": "other"}, store=store, durability="stage" if durability == "run" else "run")
     store.flush()
     store.writer.on_end = on_end
     return ended
@@ -84,12 +85,13 @@ def _tables(store: Store) -> dict[str, list[tuple]]:
     return {t: store.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in COLUMNS if t != "run_embeddings"}
 
 
-def test_a_folded_run_is_stored_exactly_as_the_python_way_stores_it(tmp_path):
+@pytest.mark.parametrize("durability", ["run", "stage"])
+def test_a_folded_run_is_stored_exactly_as_the_python_way_stores_it(tmp_path, durability):
     with Store(str(tmp_path / "fold.duckdb")) as folded:
         folds = []
         sql = folded.backend.fold.sql
         folded.backend.fold.sql = lambda: (folds.append(1), sql())[1]
-        runs = _record(folded)
+        runs = _record(folded, durability)
         assert folds, "the batches were not folded from the journal"
         assert [r.status for r in runs].count("failed") == 1 and any(r.parent_run_id for r in runs)
         with Store(str(tmp_path / "python.duckdb")) as python:
@@ -120,18 +122,19 @@ def test_a_batch_sql_cannot_fold_is_written_the_python_way(tmp_path):
         assert all(store.run(r.run_id).notes == [] for r in [*good, after])
 
 
-def test_the_writers_copy_of_a_journaled_run_keeps_only_its_entry(tmp_path):
+@pytest.mark.parametrize("durability,stages", [("run", 1), ("stage", 4)])  # one entry per run, or per stage
+def test_the_writers_copy_of_a_journaled_run_keeps_only_its_entries(tmp_path, durability, stages):
     with Store(str(tmp_path / "q.duckdb")) as store:
         kept: list[Run] = []
         enqueue = store.writer.enqueue
         store.writer.enqueue = lambda run, cost=None: (kept.append(run), enqueue(run, cost))[1]
-        run = AGENT.run({"question": "short"}, store=store)
+        run = AGENT.run({"question": "short"}, store=store, durability=durability)
         store.flush()
     copy = kept[0]
-    assert copy.steps == copy.reads == copy.writes == () and isinstance(copy.entry, bytes)
+    assert copy.steps == copy.reads == copy.writes == () and [type(e) for e in copy.entries] == [bytes] * stages
     assert copy.notes is run.notes and copy.rows is run.rows  # what the writer notes reaches the caller's Run
-    back = restored(queued(run, copy.entry))
-    assert back.entry is None
+    back = restored(queued(run, copy.entries))
+    assert back.entries == ()
     assert [tuple(x) for x in back.steps] == [tuple(x) for x in run.steps]
     assert [tuple(x) for x in back.reads] == [tuple(x) for x in run.reads]
     assert [tuple(x) for x in back.writes] == [tuple(x) for x in run.writes]
@@ -142,3 +145,24 @@ def test_the_fold_inserts_every_given_column(table):
     sql = statements()[table]
     names = sql[sql.index("(") + 1:sql.index(")")].split(", ")
     assert set(names) == {c for c, _ in COLUMNS[table]}
+
+
+def test_a_stage_run_partly_written_before_it_ended_is_written_the_rest_of_the_way(tmp_path):
+    with Store(str(tmp_path / "fold.duckdb"), durability="stage") as folded:
+        def look(s, ctx):  # a query mid-run writes the finished stages (Writer.materialize)
+            s.facts = [str(folded.sql("SELECT count(*) FROM steps WHERE run_id = ?", [ctx.run_id]).fetchall())]
+
+        ended: list[Run] = []
+        on_end = folded.writer.on_end
+        folded.writer.on_end = lambda run: (ended.append(run), on_end(run))[1]
+        Pipeline("look", Q).then(rate).then(look).then(answer).build().run({"question": "q"}, store=folded)
+        folded.flush()
+        with Store(str(tmp_path / "python.duckdb")) as python:
+            batch = Batch(folded.writer.lease)
+            batch.add_run(ended[0])
+            python.writer.write_now(batch)
+            want, got = _tables(python), _tables(folded)
+    assert [row[1] for row in got["steps"]] == [1, 2, 3]
+    assert got["writes"][1][-1] == '["[(1,)]"]'  # the mid-run query saw the one finished stage
+    for table in want:
+        assert got[table] == want[table], table

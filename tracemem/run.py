@@ -70,8 +70,8 @@ class Run:
         self.counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
         self.resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
         self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause
-        self.entry: Optional[bytes] = None  # the store writer's copy of a run journaled whole: that journal
-        # entry, which holds its steps, reads and writes in their place (store/backlog.queued)
+        self.entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
+        # that hold its steps, reads and writes in their place (store/backlog.queued)
         self._previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
         self._previous_ref: Optional["weakref.ref[Run]"] = None  # ... or, recorded in the same store, not held
 

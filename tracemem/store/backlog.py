@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..errors import StoreError
 from ..record import value_chars
@@ -39,36 +39,39 @@ BATCH_COST = 32_000
 """Default bound of one batch (a single run larger than this is still written whole, alone)."""
 
 
-def queued(run: Run, entry: Optional[bytes] = None) -> Run:
+def queued(run: Run, entries: Sequence[bytes] = ()) -> Run:
     """The run as the backlog keeps it: a Run with the same attributes (its notes and rows shared, so what
     the writer notes reaches the caller's Run), its steps, reads and writes as tuples of plain tuples, and
     without its final state object (`output_json` holds what the writer stores). Only the writer reads it.
-    A run journaled whole keeps no records at all: its journal `entry` holds them, the writer folds that in
-    as it is (store/entry_fold.py), and `restored` decodes them should the writer need them after all.
+    A run whose records are all in the journal (`entries`: one whole-run entry, or one per stage) keeps none:
+    the writer folds the entries in as they are (store/entry_fold.py), and `restored` decodes them should it
+    need the records after all.
     Why: runs wait for the writer long enough to be promoted to the garbage collector's oldest generation,
     and every full collection walks what is there; the more a run promotes, the more often one comes. The
     collector stops tracking a tuple of plain values (never a list, a NamedTuple or a pydantic model), so
     this copy promotes three objects where the caller's Run would promote ~15 (bytes: none)."""
     kept = object.__new__(Run)
     kept.__dict__.update(run.__dict__)
-    if entry is None:
+    if entries:
+        kept.steps = kept.reads = kept.writes = ()
+        kept.entries = tuple(entries)
+    else:
         kept.steps, kept.reads, kept.writes = (tuple(map(tuple, run.steps)), tuple(map(tuple, run.reads)),
                                                tuple(map(tuple, run.writes)))
-    else:
-        kept.steps = kept.reads = kept.writes = ()
-        kept.entry = entry
     kept.decisions, kept.children, kept.links = tuple(run.decisions), tuple(run.children), tuple(run.links)
     kept.output = None
     return kept
 
 
 def restored(run: Run) -> Run:
-    """A queued run with its steps, reads and writes back from its journal entry, if it has one (to be written
-    the Python way: after a batch whose entries SQL could not fold)."""
-    if run.entry is not None:
-        record = decode(run.entry)
-        run.steps, run.reads, run.writes = tuple(record.steps), tuple(record.reads), tuple(record.writes)
-        run.entry = None
+    """A queued run with its steps, reads and writes back from its journal entries, if it has them (to be
+    written the Python way: after a batch whose entries SQL could not fold, or part of a run already written)."""
+    if run.entries:
+        records = [decode(entry) for entry in run.entries]
+        run.steps = tuple(s for r in records for s in r.steps)
+        run.reads = tuple(r_ for r in records for r_ in r.reads)
+        run.writes = tuple(w for r in records for w in r.writes)
+        run.entries = ()
     return run
 
 

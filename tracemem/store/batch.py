@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Iterable, Literal, Optional, Protocol, Sequence
 
@@ -156,6 +156,7 @@ class Progress:
     of its record has reached the tables (`written`) and how much is complete (`done`)."""
 
     journal: Optional[Literal["stage", "run"]] = None  # its step_journal rows (None: none, or the run journal)
+    entries: list[bytes] = field(default_factory=list)  # its stages' run journal entries (see backlog.queued)
     written: Optional[Mark] = None
     done: Optional[Mark] = None
     row: bool = False  # its runs row is in the tables (written when it started, with its finished stages,
@@ -163,7 +164,7 @@ class Progress:
 
 
 class Fold(Protocol):
-    """Who folds whole-run journal entries into the tables in SQL (store/entry_fold.py, on a DuckDB file)."""
+    """Who folds journal entries into the tables in SQL (store/entry_fold.py, on a DuckDB file)."""
 
     def tables(self, entries: Sequence[bytes]) -> list[tuple[str, pa.Table]]: ...
 
@@ -173,7 +174,7 @@ class Fold(Protocol):
 class Batch:
     """Rows waiting to be inserted: `rows` per table, and for the hot tables their record tuples as the
     run holds them (`records`, with a run id column beside them), turned into columns once per batch; and
-    runs journaled whole (`entries`), whose runs row and records DuckDB folds in from the journal's bytes."""
+    journal entries (`entries`) whose records (and a whole run's runs row) DuckDB folds in from their bytes."""
 
     def __init__(self, lease: Optional[str] = None) -> None:
         self.lease = lease  # the store opening whose runs rows this batch writes
@@ -184,7 +185,7 @@ class Batch:
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
         self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
         self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
-        self.entries: list[bytes] = []  # whole-run journal entries (see `add_journaled`)
+        self.entries: list[bytes] = []  # journal entries (see `add_journaled`)
 
     def merge(self, other: "Batch") -> None:
         """Take another batch's rows (the journal replays each entry into its own, then merges it)."""
@@ -238,11 +239,15 @@ class Batch:
             self.journaled.append(run.run_id)
         self.add_part(run, progress.written, None, extra)
 
-    def add_journaled(self, run: Run, entry: bytes) -> None:
-        """A finished run journaled whole (store/run_log.py): its runs row, steps, reads and writes are folded
-        in from `entry` by SQL (store/entry_fold.py), off the GIL; its decisions and extra rows go the Python way."""
+    def add_journaled(self, run: Run, whole: bool) -> None:
+        """A finished run whose records are all in its journal entries (`run.entries`, store/run_log.py): its
+        steps, reads and writes are folded in from them by SQL (store/entry_fold.py), off the GIL, and so is the
+        runs row of a run journaled `whole`; one journaled stage by stage gets its runs row here, with its
+        decisions and extra rows, which go the Python way."""
         self.runs[run.run_id] = run
-        self.entries.append(entry)
+        self.entries.extend(run.entries)
+        if not whole:
+            self.rows["runs"].append(run_row(run, self.lease))
         self.add_steps(run.run_id, (), (), (), run.decisions)
         self.add_extra(rows_since(run))
 

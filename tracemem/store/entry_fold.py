@@ -1,15 +1,16 @@
-"""Folding whole-run journal entries into the tables inside DuckDB, off the GIL.
+"""Folding journal entries into the tables inside DuckDB, off the GIL.
 
-Why: to journal a finished run (store/run_log.py), the flow's thread has already encoded
-it as one JSON entry (store/log_codec.py). Building the same runs, steps, reads and writes
-rows again as Arrow columns from Python tuples held the GIL for ~3 µs per stage in the
-background writer, time the flow's thread spent waiting. DuckDB parses the entries itself,
+Why: to journal a finished run, or each stage of a durability "stage" run (store/run_log.py),
+the flow's thread has already encoded its records as JSON entries (store/log_codec.py).
+Building the same runs, steps, reads and writes rows again as Arrow columns from Python
+tuples held the GIL for ~3 µs per stage in the background writer (~5 under durability
+"stage"), time the flow's thread spent waiting. DuckDB parses the entries itself,
 without the GIL: a batch's entries go in as one JSON text (one registered Arrow string),
 are parsed once into a temporary table, and four statements prepared when the file opens
 unnest them into their tables, each column cast as `batch.GIVEN` types it and
 `duration_ms` derived as `Batch` derives it. A run's decisions and extra rows (whose JSON
-text the store writes with the standard library's formatting) still go the Python way, in
-the same transaction.
+text the store writes with the standard library's formatting), and the runs row of a run
+journaled stage by stage, still go the Python way, in the same transaction.
 
 The SQL is generated from `batch.GIVEN` and log_codec's entry layout, so a column added
 to a table reaches the fold as it reaches the journal. A value DuckDB cannot parse or cast
@@ -29,7 +30,7 @@ __all__ = ["EntryFold"]
 DOC = "_tracemem_entry_doc"  # the batch's entries as one JSON array (a registered Arrow table of one row)
 PARSED = "_tracemem_entries"  # a temporary table: one row per entry, its items as text (`e`)
 # 1-based positions of a log_codec entry's items: [version, kind, run_id, steps, reads, writes, run, end, free]
-RUN_ID, RECORDS, RUN_ROW = 3, {"steps": 4, "reads": 5, "writes": 6}, 7
+KIND, RUN_ID, RECORDS, RUN_ROW = 2, 3, {"steps": 4, "reads": 5, "writes": 6}, 7
 TEXT_LIST = '["VARCHAR"]'  # a JSON array, its items as text (strings decoded, anything else as its JSON)
 
 
@@ -60,10 +61,10 @@ def _insert(table: str, values: list[str], source: str) -> str:
 
 
 def statements() -> dict[str, str]:
-    """The fold's statement per table: the runs row is an entry's run item; steps, reads and writes are
-    its records (their fields in `GIVEN` order after the run id)."""
+    """The fold's statement per table: the runs row is a whole-run entry's run item; steps, reads and writes
+    are any entry's records, a whole run's or a stage's (their fields in `GIVEN` order after the run id)."""
     runs = _insert("runs", [f"r[{i + 1}]" for i in range(len(GIVEN["runs"]))],
-                   f"(SELECT from_json(e[{RUN_ROW}], '{TEXT_LIST}') AS r FROM {PARSED})")
+                   f"(SELECT from_json(e[{RUN_ROW}], '{TEXT_LIST}') AS r FROM {PARSED} WHERE e[{KIND}] = 'run')")
     out = {"runs": runs}
     for table, at in RECORDS.items():
         fields = [f"x[{i}]" for i in range(1, len(GIVEN[table]))]

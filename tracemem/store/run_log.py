@@ -65,9 +65,11 @@ class RunLog:
         self._append(run.run_id, self.codec.begin(run_row(run, self.lease)), sync=False)
 
     def step(self, run: Run, step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
-             rows: list[tuple[str, dict[str, Any]]]) -> None:
-        """A finished stage of a durability "stage" run."""
-        self._append(run.run_id, self.codec.step(run.run_id, step, reads, writes, decision, rows))
+             rows: list[tuple[str, dict[str, Any]]]) -> bytes:
+        """A finished stage of a durability "stage" run, whose entry it returns (see `whole`)."""
+        entry = self.codec.step(run.run_id, step, reads, writes, decision, rows)
+        self._append(run.run_id, entry)
+        return entry
 
     def part(self, run: Run, start: Mark) -> None:
         """What a resumed run added since `start` (what the tables already hold), as one entry."""

@@ -183,16 +183,17 @@ class Writer:
                     return
 
     def _write(self, runs: list[Run]) -> bool:
-        """Write runs as one batch; False when the file failed (they are queued again). A batch of runs
-        journaled whole that SQL could not fold is written again the Python way (`restored`)."""
+        """Write runs as one batch; False when the file failed (they are queued again). Runs whose records
+        are in their journal entries are folded in from those (`Batch.add_journaled`), unless part of the run is
+        in the tables already; a batch SQL could not fold is written again the Python way (`restored`)."""
         batch = Batch(self.lease)
         try:
             for run in runs:
                 progress = self.progress.get(run.run_id)
-                if run.entry is not None and progress is None:
-                    batch.add_journaled(run, run.entry)
+                if run.entries and (progress is None or progress.written is None and not progress.row):
+                    batch.add_journaled(run, whole=progress is None)
                 else:
-                    batch.add_run(run, progress)
+                    batch.add_run(restored(run), progress)
             batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
             self.write_now(batch)
         except BaseException as err:
@@ -340,23 +341,28 @@ class StoreSink:
                                     f"known: {', '.join(sorted(EXTRA_TABLES))}")
         if self.durability == "stage":  # one journal append; the run's rows reach their tables at its end
             writer = self.writer
+            progress = writer.progress[run.run_id]
             if writer.runlog is not None:  # (writer.logged, inlined: once per stage)
                 try:
-                    writer.runlog.step(run, step, reads, writes, decision, rows)
+                    progress.entries.append(writer.runlog.step(run, step, reads, writes, decision, rows))
                 except JournalError as err:
                     raise writer.journal_failed(run, err) from err
             else:
                 writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
-            writer.progress[run.run_id].done = mark_of(run)
+            progress.done = mark_of(run)
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
         runlog = writer.runlog
-        if self.durability == "run" and runlog is not None and run.resumed_from is None:
-            # on disk before flow.run returns; the writer folds the journal entry in as it is (entry_fold.py)
-            entry = writer.logged(run, runlog.whole)
+        if runlog is not None and run.resumed_from is None:  # every record on disk before flow.run returns
+            if self.durability == "run":
+                entries: list[bytes] = [writer.logged(run, runlog.whole)]
+            else:
+                writer.logged(run, runlog.end)
+                writer.inflight.pop(run.run_id, None)
+                entries = writer.progress[run.run_id].entries
             writer.on_end(run)
-            writer.enqueue(queued(run, entry), cost_of(run))
+            writer.enqueue(queued(run, entries), cost_of(run))  # the writer folds the entries in (entry_fold.py)
             return
         if run.resumed_from is None:
             run = queued(run)  # the writer's copy, its records plain tuples (see backlog.queued)
