@@ -35,13 +35,12 @@ from ..text import clip
 from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued, restored
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
-from .handoff import yield_gil
 from .journal import end_entry, part_entry, run_entry, step_entry
 from .segment_log import JournalError
 from .snapshots import embedding_rows
+from .switching import quick_switching
 
 RETRY_INTERVAL = 1.0  # seconds between the writer's retries once the file could not be written
-HANDOFF_GAP = 0.0005  # seconds between a producer's GIL handoffs to a busy writer (see `Writer.busy`)
 
 
 class Writer:
@@ -69,21 +68,9 @@ class Writer:
         self._drain_lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
-        self._handed = 0.0  # when a producer last handed the GIL to the writer (perf_counter)
 
     def sink(self, durability: str) -> "StoreSink":
         return StoreSink(self, durability)
-
-    @property
-    def busy(self) -> bool:
-        """Whether the background thread is writing runs now.
-        Why producers ask: the writer needs the GIL ~25 times a batch, briefly (its Python work, and DuckDB
-        checking for signals between its tasks), and a producer that never blocks (its journal append is a
-        memory copy) gives the GIL up only when the interpreter forces a switch, every 5 ms: a batch waited
-        that long 25 times over, and the queue filled until flow.run waited for room. So while this is true
-        a producer hands the GIL over (store/handoff.py), at most every `HANDOFF_GAP` seconds: once per run
-        was five times what the writer needs, and each handoff costs the producer ~20 µs here."""
-        return self._drain_lock.locked()
 
     @property
     def pending(self) -> int:
@@ -152,17 +139,13 @@ class Writer:
     # -- the queue -----------------------------------------------------------------------
     def enqueue(self, run: Run, cost: Optional[int] = None) -> None:
         """Queue a finished run for the background writer (`cost`: `cost_of` the run as it ended, when what is
-        queued is a copy without its records); waits while the queue is full, and yields the GIL once if the
-        writer is busy."""
+        queued is a copy without its records); waits while the queue is full."""
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
                     self._thread.start()
         self.backlog.put(run, cost_of(run) if cost is None else cost)
-        if self.busy and time.perf_counter() - self._handed > HANDOFF_GAP:
-            yield_gil()  # hands the GIL to the writer (see `busy`)
-            self._handed = time.perf_counter()
 
     def _loop(self) -> None:
         interval = self.flush_interval if self.flush_interval > 0 else 0.05
@@ -174,8 +157,9 @@ class Writer:
                 time.sleep(0.1)  # never spin on a failure that repeats
 
     def drain(self) -> None:
-        """Write every run queued so far, in bounded batches (run by run where a batch fails)."""
-        with self._drain_lock:
+        """Write every run queued so far, in bounded batches (run by run where a batch fails), the interpreter
+        handing this thread the GIL within 0.5 ms whenever it asks (store/switching.py)."""
+        with self._drain_lock, quick_switching():
             upto = self.backlog.seq
             while True:
                 runs = self.backlog.take(upto)

@@ -1,0 +1,44 @@
+"""store/switching.py: the switch interval is short while any writer writes, and the application's comes back."""
+from __future__ import annotations
+
+import sys
+
+from tracemem.store.switching import WRITING_SWITCH_INTERVAL, quick_switching
+
+
+def test_the_applications_interval_comes_back_after_nested_writers():
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.003)
+    app = sys.getswitchinterval()
+    try:
+        with quick_switching():
+            short = sys.getswitchinterval()
+            assert abs(short - WRITING_SWITCH_INTERVAL) < 1e-6
+            with quick_switching():  # a second store's writer, overlapping
+                assert sys.getswitchinterval() == short
+            assert sys.getswitchinterval() == short  # the first still writes
+        assert sys.getswitchinterval() == app
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_a_shorter_application_interval_is_left_alone():
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(WRITING_SWITCH_INTERVAL / 5)
+    app = sys.getswitchinterval()  # (as the interpreter keeps it: whole microseconds)
+    try:
+        with quick_switching():
+            assert sys.getswitchinterval() == app
+        assert sys.getswitchinterval() == app
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_a_failing_batch_puts_the_interval_back():
+    before = sys.getswitchinterval()
+    try:
+        with quick_switching():
+            raise OSError("disk full")
+    except OSError:
+        pass
+    assert sys.getswitchinterval() == before
