@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..errors import StoreError
-from ..record import value_chars
+from ..record import Read, Step, Write, value_chars
 from ..run import Run
 from .batch import rows_since
 from .log_codec import decode
@@ -67,11 +67,14 @@ def restored(run: Run) -> Run:
     """A queued run with its steps, reads and writes back from its journal entries, if it has them (to be
     written the Python way: after a batch whose entries SQL could not fold, or part of a run already written)."""
     if run.entries:
-        records = [decode(entry) for entry in run.entries]
-        run.steps = tuple(s for r in records for s in r.steps)
-        run.reads = tuple(r_ for r in records for r_ in r.reads)
-        run.writes = tuple(w for r in records for w in r.writes)
-        run.entries = ()
+        steps: list[Step] = []
+        reads: list[Read] = []
+        writes: list[Write] = []
+        for entry in map(decode, run.entries):
+            steps += entry.steps
+            reads += entry.reads
+            writes += entry.writes
+        run.steps, run.reads, run.writes, run.entries = tuple(steps), tuple(reads), tuple(writes), ()
     return run
 
 

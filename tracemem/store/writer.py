@@ -6,6 +6,9 @@ its tables. The runner reaches it only through `StoreSink` (what `Store.sink()` 
 
 Durability "run" (default): a finished run is queued whole and written by the
 background thread within `flush_interval` seconds (and on flush/close/exit/SIGTERM).
+On a DuckDB file, what reaches the tables of a run's records comes from the journal
+entries that made them durable, which DuckDB folds in off the GIL (store/entry_fold.py);
+while the writer writes, the interpreter switches threads every 0.5 ms (store/switching.py).
 On a DuckDB file it is first appended to the run journal (store/run_log.py), so a
 process crash loses no run `flow.run` returned; elsewhere (`:memory:`, PostgreSQL) a
 crash loses at most the runs still queued, never half a run. The queue is bounded
