@@ -13,6 +13,7 @@ from tracemem.store import Store
 from tracemem.store.backlog import queued, restored
 from tracemem.store.batch import COLUMNS, Batch
 from tracemem.store.entry_fold import statements
+from tracemem.store.threads import replayed
 
 
 class Q(BaseModel):
@@ -62,19 +63,16 @@ BROKEN = Pipeline("broken", Q).then(recall).then(explode).build()
 
 
 def _record(store: Store, durability: str) -> list[Run]:
-    """Varied runs into `store`, most with `durability`, one with the other; every Run as it ended (the live
-    objects the sink was handed)."""
-    ended: list[Run] = []
-    on_end = store.writer.on_end
-    store.writer.on_end = lambda run: (ended.append(run), on_end(run))[1]
-    for question in ("short", "a question far too long", "ünï ✓"):
-        AGENT.run({"question": question}, store=store, durability=durability)
-    NESTED.run({"question": "quack"}, store=store, durability=durability)
-    BROKEN.run({"question": "q"}, store=store, raise_on_error=False, durability=durability)
-    AGENT.run({"question": "other"}, store=store, durability="stage" if durability == "run" else "run")
+    """Varied runs into `store`, most with `durability`, one with the other: every Run returned (and the
+    subflow's child run)."""
+    runs = [AGENT.run({"question": question}, store=store, durability=durability)
+            for question in ("short", "a question far too long", "ünï ✓")]
+    runs.append(NESTED.run({"question": "quack"}, store=store, durability=durability))
+    runs.append(runs[-1].children[0])
+    runs.append(BROKEN.run({"question": "q"}, store=store, raise_on_error=False, durability=durability))
+    runs.append(AGENT.run({"question": "other"}, store=store, durability="stage" if durability == "run" else "run"))
     store.flush()
-    store.writer.on_end = on_end
-    return ended
+    return runs
 
 
 def _tables(store: Store) -> dict[str, list[tuple]]:
@@ -148,17 +146,28 @@ def test_a_stage_run_partly_written_before_it_ended_is_written_the_rest_of_the_w
         def look(s, ctx):  # a query mid-run writes the finished stages (Writer.materialize)
             s.facts = [str(folded.sql("SELECT count(*) FROM steps WHERE run_id = ?", [ctx.run_id]).fetchall())]
 
-        ended: list[Run] = []
-        on_end = folded.writer.on_end
-        folded.writer.on_end = lambda run: (ended.append(run), on_end(run))[1]
-        Pipeline("look", Q).then(recall).then(look).then(answer).build().run({"question": "q"}, store=folded)
+        run = Pipeline("look", Q).then(recall).then(look).then(answer).build().run({"question": "q"}, store=folded)
         folded.flush()
         with Store(str(tmp_path / "python.duckdb")) as python:
             batch = Batch(folded.writer.lease)
-            batch.add_run(ended[0])
+            batch.add_run(run)
             python.writer.write_now(batch)
             want, got = _tables(python), _tables(folded)
     assert [row[1] for row in got["steps"]] == [1, 2, 3]
     assert [w[-1] for w in got["writes"] if w[1] == 2] == ['["[(1,)]"]']  # the mid-run query saw one finished stage
     for table in want:
         assert got[table] == want[table], table
+
+
+@pytest.mark.parametrize("durability", ["run", "stage"])
+def test_a_thread_state_kept_as_journal_entries_is_the_state_a_replay_gives(tmp_path, durability):
+    with Store(str(tmp_path / "t.duckdb"), durability=durability) as store:
+        first = AGENT.run({"question": "short"}, store=store)
+        second = AGENT.run({"question": "a question far too long"}, store=store, resume=first.run_id)
+        third = BROKEN.run({"question": "q"}, store=store, resume=second.run_id, raise_on_error=False)
+        assert all(type(store.threads.ended[r.run_id][0].writes[0]) is bytes for r in (first, second, third))
+        store.flush()
+        for run in (second, third):
+            kept = store.threads.known(run.run_id)
+            assert kept is not None and kept.data == replayed(store.con, run.run_id, store.path).data
+        assert store.threads.known(third.run_id).data["facts"] == ["ana likes ducks — ünïcode"] * 3

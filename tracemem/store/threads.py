@@ -26,6 +26,7 @@ from ..scope.known import known_scopes
 from ..scope.paths import root_of
 from ..scope.replay import replay_thread
 from .load import thread
+from .log_codec import decode
 from .retention import pruned_at
 
 
@@ -37,8 +38,9 @@ class Ended(NamedTuple):
     pipeline: str
     schema: Any
     input_json: str
-    writes: tuple[tuple, ...]  # its committed writes' fields as plain tuples (see backlog.queued: kept for 256 runs,
-    #                      Write NamedTuples would be walked by every garbage collection meanwhile)
+    writes: tuple  # its committed writes' fields as plain tuples (see backlog.queued: kept for 256 runs, Write
+    #                NamedTuples would be walked by every garbage collection meanwhile); or, for a run whose
+    #                journal entries hold its records, those entries, decoded only if its state is asked for
 
 
 _STATUS, _STEP = Step._fields.index("status"), Write._fields.index("step")
@@ -52,6 +54,16 @@ def committed(run: Run) -> tuple[tuple, ...]:
         return writes if type(writes) is tuple else tuple(map(tuple, writes))
     failed = {s[_STEP] for s in run.steps if s[_STATUS] != "ok"}
     return tuple(tuple(w) for w in run.writes if w[_STEP] not in failed)
+
+
+def _committed_writes(kept: tuple) -> list[Write]:
+    """The writes an `Ended` keeps, as `Write`s: from their fields, or decoded from the run's journal entries
+    (those of failed or paused steps left out, as `committed` leaves them)."""
+    if not kept or type(kept[0]) is not bytes:
+        return list(map(Write._make, kept))
+    records = [decode(entry) for entry in kept]
+    failed = {s.step for r in records for s in r.steps if s.status != "ok"}
+    return [w for r in records for w in r.writes if w.step not in failed]
 
 
 class Known(NamedTuple):
@@ -92,9 +104,9 @@ class ThreadStates:
 
     def recorded(self, run: Run) -> None:
         """A run ended in this store (the store's sink calls this; its values are kept, not copied)."""
-        writes = committed(run)
+        writes: tuple = run.entries or committed(run)
         entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, writes)
-        size = value_chars(writes)
+        size = sum(map(len, writes)) if run.entries else value_chars(writes)
         with self.lock:
             self.ended[run.run_id] = (entry, size)
             self.held += size
@@ -116,7 +128,7 @@ class ThreadStates:
             base = {} if e.continues is None else self.states.get(e.continues)
             if base is None:
                 return None
-        writes = list(map(Write._make, e.writes))
+        writes = _committed_writes(e.writes)
         reset = e.schema.default if e.schema else (lambda name: None)
         data = advance(base if isinstance(base, dict) else base.data, json.loads(e.input_json), writes, reset)
         return self.keep(run_id, Known(e.pipeline, e.thread_id, e.schema, data))

@@ -348,8 +348,9 @@ class StoreSink:
                 writer.logged(run, runlog.end)
                 writer.inflight.pop(run.run_id, None)
                 entries = writer.progress[run.run_id].entries
-            writer.on_end(run)
-            writer.enqueue(queued(run, entries), cost_of(run))  # the writer folds the entries in (entry_fold.py)
+            kept = queued(run, entries)  # the writer folds the entries in (entry_fold.py)
+            writer.on_end(kept)
+            writer.enqueue(kept, cost_of(run))
             return
         if run.resumed_from is None:
             run = queued(run)  # the writer's copy, its records plain tuples (see backlog.queued)
