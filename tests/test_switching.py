@@ -1,7 +1,10 @@
 """store/switching.py: the switch interval is short while any writer writes, and the application's comes back."""
 from __future__ import annotations
 
+import os
 import sys
+
+import pytest
 
 from tracemem.store.switching import WRITING_SWITCH_INTERVAL, quick_switching
 
@@ -42,3 +45,18 @@ def test_a_failing_batch_puts_the_interval_back():
     except OSError:
         pass
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_batch_gets_the_applications_interval_back():
+    before = sys.getswitchinterval()
+    with quick_switching():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report its interval, then leave without running pytest's exit handlers
+            os.write(write, repr(sys.getswitchinterval()).encode())
+            os._exit(0)
+        os.close(write)
+        seen = float(os.read(read, 64).decode())
+        os.waitpid(pid, 0)
+    assert seen == before

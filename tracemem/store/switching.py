@@ -13,10 +13,12 @@ writer asks: ~1 µs per stage less (bench/peers.py --section durability).
 
 The interval is process-wide: the first writer to start a batch saves it and the last to
 finish puts it back, so what the application set is restored; an application interval
-shorter than 0.5 ms is left as it is.
+shorter than 0.5 ms is left as it is. A child forked meanwhile (it has no writer thread)
+gets the saved interval back at once.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from contextlib import contextmanager
@@ -49,3 +51,15 @@ def quick_switching() -> Iterator[None]:
             _writing -= 1
             if _writing == 0 and _saved is not None:
                 sys.setswitchinterval(_saved)
+
+
+def _forked() -> None:
+    """In a child forked while a batch was being written: no writer runs here, so put the interval back."""
+    global _writing, _saved
+    if _writing and _saved is not None:
+        sys.setswitchinterval(_saved)
+    _writing, _saved = 0, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
