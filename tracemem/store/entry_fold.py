@@ -79,7 +79,7 @@ class EntryFold:
 
     def __init__(self, con: Any) -> None:
         con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {PARSED} (e VARCHAR[])")
-        self.names = []
+        self.names: list[str] = []  # the prepared statements, in the order they run
         for table, sql in statements().items():
             name = f"_tracemem_fold_{table}"
             con.execute(f"PREPARE {name} AS {sql}")
