@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..errors import StoreError
-from ..record import Read, Step, Write, value_chars
+from ..record import value_chars
 from ..run import Run
 from .batch import rows_since
-from .log_codec import decode
+from .log_codec import records
 
 MAX_COST = 64_000
 """Default bound of the queue's cost: ~64k rows, or ~4 MB of recorded text."""
@@ -67,13 +67,7 @@ def restored(run: Run) -> Run:
     """A queued run with its steps, reads and writes back from its journal entries, if it has them (to be
     written the Python way: after a batch whose entries SQL could not fold, or part of a run already written)."""
     if run.entries:
-        steps: list[Step] = []
-        reads: list[Read] = []
-        writes: list[Write] = []
-        for entry in map(decode, run.entries):
-            steps += entry.steps
-            reads += entry.reads
-            writes += entry.writes
+        steps, reads, writes = records(run.entries)
         run.steps, run.reads, run.writes, run.entries = tuple(steps), tuple(reads), tuple(writes), ()
     return run
 

@@ -234,6 +234,18 @@ def _free(value: Any) -> dict[str, Any]:
     return value
 
 
+def records(entries: Iterable[bytes]) -> tuple[list[Step], list[Read], list[Write]]:
+    """The steps, reads and writes that a run's journal entries hold, in order (`decode` each)."""
+    steps: list[Step] = []
+    reads: list[Read] = []
+    writes: list[Write] = []
+    for entry in map(decode, entries):
+        steps += entry.steps
+        reads += entry.reads
+        writes += entry.writes
+    return steps, reads, writes
+
+
 def decode(data: bytes) -> Entry:
     """The entry `data` holds; `CodecError` if it is not one (nothing in it is executed)."""
     try:

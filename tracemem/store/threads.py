@@ -16,7 +16,7 @@ import copy
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError, TracememError
@@ -26,7 +26,7 @@ from ..scope.known import known_scopes
 from ..scope.paths import root_of
 from ..scope.replay import replay_thread
 from .load import thread
-from .log_codec import decode
+from .log_codec import records
 from .retention import pruned_at
 
 
@@ -46,24 +46,22 @@ class Ended(NamedTuple):
 _STATUS, _STEP = Step._fields.index("status"), Write._fields.index("step")
 
 
-def committed(run: Run) -> tuple[tuple, ...]:
+def committed(steps: Sequence[Sequence[Any]], writes: Sequence[Sequence[Any]]) -> tuple[tuple, ...]:
     """A run's writes outside failed steps, as a tuple of plain tuples (`Write` fields): neither is tracked
     by the garbage collector once it has looked at them."""
-    if all(s[_STATUS] == "ok" for s in run.steps):
-        writes = run.writes  # the backlog's copy (backlog.queued) holds them as such already
-        return writes if type(writes) is tuple else tuple(map(tuple, writes))
-    failed = {s[_STEP] for s in run.steps if s[_STATUS] != "ok"}
-    return tuple(tuple(w) for w in run.writes if w[_STEP] not in failed)
+    if all(s[_STATUS] == "ok" for s in steps):
+        return writes if type(writes) is tuple else tuple(map(tuple, writes))  # (the backlog's copy: as such)
+    failed = {s[_STEP] for s in steps if s[_STATUS] != "ok"}
+    return tuple(tuple(w) for w in writes if w[_STEP] not in failed)
 
 
 def _committed_writes(kept: tuple) -> list[Write]:
-    """The writes an `Ended` keeps, as `Write`s: from their fields, or decoded from the run's journal entries
-    (those of failed or paused steps left out, as `committed` leaves them)."""
-    if not kept or type(kept[0]) is not bytes:
-        return list(map(Write._make, kept))
-    records = [decode(entry) for entry in kept]
-    failed = {s.step for r in records for s in r.steps if s.status != "ok"}
-    return [w for r in records for w in r.writes if w.step not in failed]
+    """The writes an `Ended` keeps, as `Write`s: from their fields, or the committed ones among those the run's
+    journal entries hold (decoded now)."""
+    if kept and type(kept[0]) is bytes:
+        steps, _, writes = records(kept)
+        kept = committed(steps, writes)
+    return list(map(Write._make, kept))
 
 
 class Known(NamedTuple):
@@ -104,7 +102,7 @@ class ThreadStates:
 
     def recorded(self, run: Run) -> None:
         """A run ended in this store (the store's sink calls this; its values are kept, not copied)."""
-        writes: tuple = run.entries or committed(run)
+        writes: tuple = run.entries or committed(run.steps, run.writes)
         entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, writes)
         size = sum(map(len, writes)) if run.entries else value_chars(writes)
         with self.lock:

@@ -341,31 +341,23 @@ class StoreSink:
     def end_run(self, run: Run) -> None:
         writer = self.writer
         runlog = writer.runlog
-        if runlog is not None and run.resumed_from is None:  # every record on disk before flow.run returns
-            if self.durability == "run":
-                entries: list[bytes] = [writer.logged(run, runlog.whole)]
-            else:
-                writer.logged(run, runlog.end)
-                writer.inflight.pop(run.run_id, None)
-                entries = writer.progress[run.run_id].entries
-            kept = queued(run, entries)  # the writer folds the entries in (entry_fold.py)
-            writer.on_end(kept)
-            writer.enqueue(kept, cost_of(run))
-            return
-        if run.resumed_from is None:
-            run = queued(run)  # the writer's copy, its records plain tuples (see backlog.queued)
-        writer.on_end(run)
+        resumed = run.resumed_from is not None
+        entries: list[bytes] = []  # run journal entries holding all its records: the writer folds them in as they are
         if self.durability == "stage" and runlog is not None:
             writer.logged(run, runlog.end)
             writer.inflight.pop(run.run_id, None)
+            if not resumed:
+                entries = writer.progress[run.run_id].entries
         elif self.durability == "stage":
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"
             writer.inflight.pop(run.run_id, None)
+        elif runlog is not None and not resumed:  # every run is on disk before flow.run returns
+            entries = [writer.logged(run, runlog.whole)]
         elif runlog is not None:  # a resumed run: on disk before flow.resume returns
             writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
             writer.logged(run, runlog.end)
-        elif writer.flush_interval <= 0 and run.resumed_from is not None:  # on disk before flow.resume returns
+        elif writer.flush_interval <= 0 and resumed:  # on disk before flow.resume returns
             progress = writer.progress[run.run_id]
             start = progress.written or run.resumed_from
             first = run.steps[start[0]].step if len(run.steps) > start[0] else 0
@@ -375,4 +367,6 @@ class StoreSink:
         elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
             writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
             writer.progress[run.run_id] = Progress(journal="run")
-        writer.enqueue(run)
+        kept = run if resumed else queued(run, entries)  # the writer's copy (see backlog.queued)
+        writer.on_end(kept)
+        writer.enqueue(kept, cost_of(run))
