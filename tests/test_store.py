@@ -618,3 +618,18 @@ def test_a_long_thread_replays_and_backtracks_without_recursion(tmp_path):
         root = trace.graph.nodes[trace.root]
         assert root["verb"] == "append" and json.loads(root["value"]) == "m7"
         assert store.run(root["run_id"]).value_at("user") == "m7"
+
+
+def test_a_writable_file_checkpoints_less_often_than_duckdbs_default_and_a_memory_bulk_insert_keeps_that(
+        tmp_path) -> None:
+    from tracemem.memory import sql as memory_sql
+    from tracemem.store.duck import CHECKPOINT_THRESHOLD
+
+    threshold = "SELECT current_setting('checkpoint_threshold')"
+    with Store(str(tmp_path / "t.duckdb")) as store:
+        assert CHECKPOINT_THRESHOLD == "64MiB"
+        assert store.con.execute(threshold).fetchall()[0][0] == "64.0 MiB"
+        store.memory.remember_many([{"subject": "u", "text": f"fact {i}"} for i in range(memory_sql.BULK_ROWS)])
+        assert store.con.execute(threshold).fetchall()[0][0] == "64.0 MiB"
+    with Store(":memory:") as store:  # nothing to checkpoint: DuckDB's default stays
+        assert store.con.execute(threshold).fetchall()[0][0] == "16.0 MiB"

@@ -32,6 +32,12 @@ from .user_sql import UserSQL
 
 __all__ = ["DuckBackend"]
 
+CHECKPOINT_THRESHOLD = "64MiB"
+"""How much WAL a writable file gathers before DuckDB checkpoints (its default: 16 MiB, every ~6,000 runs
+of ten stages). Each checkpoint also rewrites the row groups the last one left part-filled, so fewer, larger
+checkpoints cost less per run: 2.3 µs of CPU per stage at 16 MiB, 1.4 at 64 MiB (folding 6,000 runs, then
+24,000, checkpointing after each). The WAL, and so a crash recovery's replay, stays bounded by it."""
+
 
 class DuckBackend:
     """A DuckDB file under a Store (see store/backend.py for what each member stands for)."""
@@ -70,6 +76,7 @@ class DuckBackend:
                 if not read_only and path != ":memory:":  # replayed first: it may hold runs left running
                     self.run_log = open_run_log(path, self.con, salt or "", fsync=fsync, lease=lease, say=log)
                     self.fold = EntryFold(self.con)
+                    self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
                 # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
                 # journal is replayed, and those that never ended are marked interrupted
                 self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
