@@ -469,3 +469,74 @@ def test_a_written_object_is_owned_by_the_scope_not_aliased():
     assert run.output.backup.name == "ana" and run.output.user.name == "bob"
     assert run.output.tags == ["x"]
     assert run.state_at() == run.output
+
+
+def test_construct_builds_what_model_construct_builds_directly_only_for_a_plain_model() -> None:
+    from pydantic import ConfigDict, Field, PrivateAttr
+
+    from tracemem.scope.schema import ScopeSchema
+
+    class Plain(BaseModel):
+        q: str = ""
+        n: int = 0
+        tags: list[str] = []
+
+    class Aliased(BaseModel):
+        q: str = Field("", alias="question")
+
+    class Private(BaseModel):
+        q: str = ""
+        _seen: int = PrivateAttr(default=7)
+
+    class Extra(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        q: str = ""
+
+    class PostInit(BaseModel):
+        q: str = ""
+
+        def model_post_init(self, context: Any) -> None:
+            object.__setattr__(self, "q", self.q.upper())
+
+    for model, data in ((Plain, {"tags": ["a"], "n": 2, "q": "x"}), (Aliased, {"q": "x"}), (Private, {"q": "x"}),
+                        (Extra, {"q": "x"}), (PostInit, {"q": "x"})):
+        schema = ScopeSchema(model)
+        built, expected = schema.construct(dict(data)), model.model_construct(**data)
+        assert built == expected and built.model_dump() == expected.model_dump(), model
+        assert built.model_fields_set == expected.model_fields_set and list(vars(built)) == list(vars(expected))
+        assert built.__pydantic_private__ == expected.__pydantic_private__, model
+    assert ScopeSchema(Plain)._plain_construct
+    assert not any(ScopeSchema(m)._plain_construct for m in (Aliased, Private, Extra, PostInit))
+    assert ScopeSchema(Plain).construct({"q": "x"}).n == 0  # a field missing: model_construct fills its default
+
+
+def test_the_output_reuses_each_fields_last_whole_write_exactly_as_dumping_the_final_state_would() -> None:
+    class Plain(BaseModel):  # no secret field: its writes hold the values as dumped
+        n: int = 0
+        text: str = ""
+        items: list[int] = []
+        profile: Profile = Profile()
+        untouched: Optional[int] = None
+
+    def first(scope: Any) -> None:
+        scope.n = 1
+        scope.text = "héllo \"quoted\"\n"
+        scope.profile = Profile(name="ada")
+
+    def again(scope: Any) -> None:
+        scope.n = scope.n + 41  # set twice: the last write is the final value
+        scope.items = [1, 2]
+
+    def in_place(scope: Any) -> None:
+        scope.items.append(3)  # changed in place after being set whole: dumped from the final state
+
+    for stages in ((first, again), (first, again, in_place)):
+        pipeline = Pipeline("p", Plain)
+        for fn in stages:
+            pipeline = pipeline.then(fn)
+        flow = pipeline.build()
+        run = flow.run({})
+        schema = flow.program.schema
+        state = {name: getattr(run.output, name) for name in schema.fields}
+        assert run.output_json == schema.dump_output(state, run.writes, b"", [], dumped=False)
+        assert json.loads(run.output_json)["n"] == 42 and "untouched" not in json.loads(run.output_json)

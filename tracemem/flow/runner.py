@@ -139,13 +139,13 @@ class Execution(ParallelSteps):
             self.run.query = str(unwrap(data.get(self.program.query)) or "") or None
 
     def _end(self, run: Run) -> None:
-        data = self.state.data
-        run.ended_at = time.time_ns()
-        run.output = self.program.scope.model_construct(**data)
-        failed = {s.step for s in run.steps if s.status != "ok"}
-        run.output_json = self.program.schema.dump_output(data, [w for w in run.writes if w.step not in failed],
-                                                          self.salt, run.notes)
-        if self.secret_fields or self.state.secrets:
+        data, run.ended_at = self.state.data, time.time_ns()
+        run.output = self.program.schema.construct(data)
+        failed, masked = {s.step for s in run.steps if s.status != "ok"}, self.secret_fields or self.state.secrets
+        run.output_json = self.program.schema.dump_output(  # (a restored run's writes are as recorded)
+            data, [w for w in run.writes if w.step not in failed] if failed else run.writes, self.salt, run.notes,
+            dumped=not (masked or self.state.escaped or self.restored))
+        if masked:
             run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
         self._note_query(data)
         for sink in self.sinks:

@@ -27,7 +27,7 @@ from .unwritable import dump_escaped, refused, surrogate_error
 class RunState:
     """Committed scope data of a run plus, per field, the (step, seq) of its last write."""
 
-    __slots__ = ("schema", "data", "last_write", "salt", "secrets")
+    __slots__ = ("schema", "data", "last_write", "salt", "secrets", "escaped")
 
     def __init__(self, schema: ScopeSchema, data: dict[str, Any], salt: bytes) -> None:
         self.schema = schema
@@ -35,6 +35,7 @@ class RunState:
         self.last_write: dict[str, tuple[int, int]] = {}
         self.salt = salt
         self.secrets: set[str] = set()  # credentials of models the run called (masked in what it records)
+        self.escaped = False  # a write's value held text UTF-8 cannot hold, and was stored escaped
 
 
 class StepRecorder:
@@ -112,7 +113,8 @@ class StepRecorder:
                 f"the scope {schema.model.__name__} has no field '{name}' (fields: {', '.join(schema.fields)})",
             )
         try:
-            value = schema.adapter(name).validate_python(unwrap(value))
+            validate = schema.validators.get(name) or schema.validator(name)
+            value = validate(value if type(value) in SCALARS else unwrap(value))
         except ValidationError as err:
             shown = "<redacted>" if name in schema.secret else value
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
@@ -175,14 +177,17 @@ class StepRecorder:
         if not surrogate_error(err):
             raise refused(self.stage, path, value, err) from None
         schema, salt = self.state.schema, self.state.salt
+        self.state.escaped = True
         return dump_escaped(lambda v: schema.dump(root, v, salt), value, path, self.logs)
 
     def commit(self) -> None:
         """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""
         if self.own:
             data, last = self.state.data, self.state.last_write
+            overlay = self.overlay
             for name, seq in self.own.items():
-                data[name] = unwrap(self.overlay[name])
+                value = overlay[name]
+                data[name] = value if type(value) in SCALARS else unwrap(value)
                 last[name] = (self.step, seq)
 
 
