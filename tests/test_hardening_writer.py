@@ -252,6 +252,65 @@ def test_a_batch_never_takes_more_than_its_bound():
     assert batches() == [1]  # a run costlier than a batch is written whole, alone (a run is never split)
 
 
+def slowed(store: Store, seconds: float) -> list[int]:
+    """Make each of the store writer's batches take `seconds` longer; returns the sizes of the batches written."""
+    written: list[int] = []
+    write = store.writer._write
+
+    def slow(runs: list) -> bool:
+        time.sleep(seconds)
+        done = write(runs)
+        written.append(len(runs))
+        return done
+    store.writer._write = slow
+    return written
+
+
+def test_the_background_writer_goes_on_with_the_runs_queued_while_it_wrote_instead_of_sleeping(tmp_path):
+    flow = Pipeline("five", Five).then(five).build()
+    per_run = cost_of(flow.run({}))
+    with Store(str(tmp_path / "c.duckdb"), flush_interval=600, max_batch=4 * per_run, max_lag=600) as store:
+        written = slowed(store, 0.5)
+        for _ in range(4):  # a batch's worth: the writer wakes (else it sleeps its 600 s interval)
+            flow.run({}, store=store)
+        deadline = time.monotonic() + 20
+        while store.writer.pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(2):  # queued while that batch is being written
+            flow.run({}, store=store)
+        while sum(written) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert written == [4, 2]  # written next, not 600 s later
+        assert store.sql("SELECT count(*) FROM runs").fetchall()[0][0] == 6
+
+
+def test_a_flush_is_not_starved_by_the_writer_chasing_a_producer_it_never_catches_up_with(tmp_path):
+    flow = Pipeline("five", Five).then(five).build()
+    with Store(str(tmp_path / "s.duckdb"), flush_interval=0, max_lag=600) as store:  # the producer never waits
+        slowed(store, 0.05)  # and the writer is slower: the queue never empties
+        stop = threading.Event()
+
+        def produce() -> None:
+            while not stop.is_set():
+                flow.run({}, store=store)
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            time.sleep(0.3)
+            for _ in range(3):
+                flusher = threading.Thread(target=store.flush)  # writes what was queued when it was called
+                flusher.start()
+                flusher.join(10)
+                assert not flusher.is_alive()
+        finally:
+            stop.set()
+            producer.join()
+            flusher.join()
+        store.flush()
+        assert store.writer.pending == 0
+
+
 SLOW_PRODUCER = """
 import time
 from pydantic import BaseModel

@@ -129,6 +129,11 @@ class Backlog:
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def cost(self) -> int:
+        """The cost of the runs queued now (not those being written)."""
+        return self._cost
+
     def put(self, run: Run, cost: int) -> None:
         """Queue a finished run; waits while the queue is full or too far behind (a run costlier than the
         bound waits for an empty queue); raises the store's failure once writing has failed."""
