@@ -23,7 +23,6 @@ sinks, and the store handle that stages see as `ctx.store`.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 import time
@@ -41,17 +40,17 @@ from .context import EMPTY, ReadOnlyArgs, StageContext
 from .events import EventFeed
 from .interrupt import Delivery, Pause
 from .parallel import PARALLEL_HANDLERS, ParallelSteps
+from .subflow import SUBFLOW_HANDLERS, SubflowSteps
 from .program import Instruction, Program
 from .steps import Abort, Begun, LoopState, Paused
 from .sinks import Sink
-from .spec import LoopNode, StageSpec, SubflowNode
-from .sync import run_sync
+from .spec import LoopNode, StageSpec
 from .timeout import call_with_timeout, detached
 
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
 
 
-class Execution(ParallelSteps):
+class Execution(ParallelSteps, SubflowSteps):
     """The state of one run while it executes (forks and maps: `ParallelSteps`, flow/parallel.py)."""
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
@@ -158,8 +157,10 @@ class Execution(ParallelSteps):
                 raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
                                    "was closed)")
             ins = ins_list[pc]
-            if ins.op == "stage":  # the common case, without a lookup
-                pc = await self._do_stage(ins, pc)
+            if ins.op == "stage":  # the common case, without a lookup (a plain one without a coroutine)
+                spec = ins.spec
+                pc = self._plain_stage(ins, spec, pc) if spec.plain and not spec.pause_before else \
+                    await self._do_stage(ins, pc)
                 continue
             handler = HANDLERS.get(ins.op)
             if handler is None:
@@ -273,14 +274,23 @@ class Execution(ParallelSteps):
                 raise Paused(Pause({"before": ins.id}, str(ins.id), "before"), pc)
             self.gate = -1  # answered: pass once
         begun = self._begin(ins, spec, "stage")
-        rec = begun.rec
-        try:  # `_step` and `_call`, inlined for a plain sync stage: this is the hot path
-            if spec.plain:
-                spec.fn(self.program.view_class(rec))
-            else:
-                await self._call(begun)
+        try:
+            await self._call(begun)
         except Exception as err:
             raise self._fail(begun, err)
+        return self._stage_done(ins, begun, pc)
+
+    def _plain_stage(self, ins: Instruction, spec: StageSpec, pc: int) -> int:
+        """`_do_stage` for a sync stage of one argument (`spec.plain`), `_call` inlined: the hot path."""
+        begun = self._begin(ins, spec, "stage")
+        try:
+            spec.fn(self.program.view_class(begun.rec))  # type: ignore[misc]
+        except Exception as err:
+            raise self._fail(begun, err)
+        return self._stage_done(ins, begun, pc)
+
+    def _stage_done(self, ins: Instruction, begun: Begun, pc: int) -> int:
+        rec = begun.rec
         if rec.pause is not None:  # it asked a human (and caught the signal)
             raise self._pause(begun)
         decision, next_pc = None, pc + 1
@@ -354,47 +364,10 @@ class Execution(ParallelSteps):
             self._finish(begun, Decision(begun.rec.step, "continue", {"when": when}))
         return ins.target
 
-    async def _do_subflow(self, ins: Instruction, pc: int) -> int:
-        node: SubflowNode = ins.node
-
-        async def body(begun: Begun) -> None:
-            view = self.program.view_class(begun.rec)
-            if callable(node.inputs):
-                child_inputs = unwrap(node.inputs(view))
-            else:
-                child_inputs = {c: unwrap(getattr(view, p)) for c, p in node.inputs.items()}
-            resumed = self.resume_child
-            if resumed is not None and resumed[0] == begun.spec.id:  # its child paused: resume that run
-                self.resume_child, exe = None, resumed[1]
-            else:
-                exe = Execution(node.flow.program, child_inputs, env=self.env, store=self.store, subject=self.subject,
-                                sinks=self.sinks, parent=(self.run.run_id, begun.rec.step))
-                exe.replay = self.replay  # a fork replaying a record replays its subflows' calls too
-            exe.events = self.events
-            coro = exe.execute(False, async_mode=self.async_mode)
-            child = await coro if self.async_mode else run_sync(coro, f"subflow '{node.flow.name}' suspended")
-            begun.child_run_id = child.run_id
-            self.run.children = [c for c in self.run.children if c.run_id != child.run_id] + [child]
-            if child.status == "paused":  # the parent pauses with it; resuming the parent resumes the child
-                begun.rec.pause = Pause(child.pending, begun.spec.id, "subflow", begun.rec.step, child.run_id)
-                return
-            if child.status != "ok":
-                raise TracememError(f"subflow '{node.flow.name}' (child run {child.run_id}) failed: {child.error}")
-            for parent_field, child_field in node.outputs.items():
-                setattr(view, parent_field, getattr(child.output, child_field))
-            begun.rec.rows.append(("subflows", {  # kept in the file: backtracking maps outputs to the child
-                "run_id": self.run.run_id, "step": begun.rec.step, "child_run_id": child.run_id,
-                "inputs": None if callable(node.inputs) else json.dumps(dict(node.inputs)),
-                "outputs": json.dumps(dict(node.outputs))}))
-
-        begun, _ = await self._step(ins, ins.spec, "subflow", body)  # type: ignore[arg-type]
-        self._finish(begun)
-        return pc + 1
-
 
 EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop
 
 # What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
 HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
     "jump": Execution._do_jump, "stage": Execution._do_stage, "branch": Execution._do_branch,
-    "loop": Execution._do_loop, "subflow": Execution._do_subflow, **PARALLEL_HANDLERS}
+    "loop": Execution._do_loop, **SUBFLOW_HANDLERS, **PARALLEL_HANDLERS}
