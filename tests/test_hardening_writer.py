@@ -252,6 +252,18 @@ def test_a_batch_never_takes_more_than_its_bound():
     assert batches() == [1]  # a run costlier than a batch is written whole, alone (a run is never split)
 
 
+def test_the_writer_wakes_once_an_eighth_of_a_batchs_worth_has_gathered():
+    backlog = Backlog(max_cost=10**9, batch_cost=800, max_lag=3600)
+    flow = Pipeline("five", Five).then(five).build()
+    assert backlog.gather == 100
+    backlog.put(flow.run({}), 60)
+    started = time.monotonic()
+    assert backlog.wait_for_work(0.3) and time.monotonic() - started >= 0.25  # too little: it sleeps its interval
+    backlog.put(flow.run({}), 40)
+    started = time.monotonic()
+    assert backlog.wait_for_work(30) and time.monotonic() - started < 5  # enough gathered: at once
+
+
 def slowed(store: Store, seconds: float) -> list[int]:
     """Make each of the store writer's batches take `seconds` longer; returns the sizes of the batches written."""
     written: list[int] = []

@@ -164,11 +164,10 @@ class Writer:
     def drain(self, chase: bool = False) -> None:
         """Write every run queued so far, in bounded batches (run by run where a batch fails), the interpreter
         handing this thread the GIL within 0.5 ms whenever it asks (store/switching.py).
-        `chase` (the background thread): then the runs queued meanwhile, batch after batch while an eighth of a
-        batch's worth has gathered each time and no flush() waits, rather than sleeping until a whole batch's worth
-        has: a writer that keeps up leaves a flush only the runs queued during its last batch. (Less than an eighth
-        would not pay for a batch's fixed cost, ~7 ms of CPU and a synced commit, which competes with the syncs of
-        an `fsync=True` store's flows.)"""
+        `chase` (the background thread): then the runs queued meanwhile, batch after batch while `backlog.gather`
+        (an eighth of a batch's worth) has gathered each time and no flush() waits, rather than sleeping until more
+        has: a writer that keeps up leaves a flush only the runs queued during its last batch. (A smaller batch
+        would not pay for a batch's fixed cost, whose synced commit competes with an `fsync=True` store's flows.)"""
         backlog = self.backlog
         with self._drain_lock, quick_switching():
             upto = None if chase else backlog.seq
@@ -176,7 +175,7 @@ class Writer:
                 runs = backlog.take(upto)
                 if not runs or not self._write(runs):
                     return
-                if chase and (self._flushes or backlog.cost < backlog.batch_cost // 8):
+                if chase and (self._flushes or backlog.cost < backlog.gather):
                     return
 
     def _write(self, runs: list[Run]) -> bool:
