@@ -35,6 +35,7 @@ from ..errors import StoreError, TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
+from .background_priority import lower_this_thread
 from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued, restored
 from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
@@ -153,6 +154,7 @@ class Writer:
         self.backlog.put(run, cost_of(run) if cost is None else cost)
 
     def _loop(self) -> None:
+        lower_this_thread()  # the flows' threads run first (store/background_priority.py)
         interval = self.flush_interval if self.flush_interval > 0 else 0.05
         while self.backlog.wait_for_work(RETRY_INTERVAL if self.backlog.failure else interval):
             try:
