@@ -356,3 +356,29 @@ def test_a_short_write_leaves_no_partial_record(tmp_path: Path, layout: dict[str
         assert [r.data for r in got.records] == [b"first", b"after"] and got.damage == []
     with SegmentLog(tmp_path / "j", **layout, segment_bytes=4096) as log:
         assert log.opening_damage == [] and [r.data for r in log.read().records] == [b"first", b"after"]
+
+
+def test_appends_go_on_while_a_checkpoint_writes_its_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemem.store.segment_log as segment_log
+
+    log = SegmentLog(tmp_path / "j", segment_bytes=4096)
+    ends = [log.append(b"x" * 1000) for _ in range(8)]  # several segments: the checkpoint deletes some
+    entered, release = threading.Event(), threading.Event()
+    real_replace = os.replace
+
+    def slow_replace(src: object, dst: object) -> None:
+        entered.set()
+        assert release.wait(10)
+        real_replace(src, dst)
+    monkeypatch.setattr(segment_log.os, "replace", slow_replace)
+    checkpointer = threading.Thread(target=log.checkpoint, args=(ends[5],))
+    checkpointer.start()
+    assert entered.wait(10)
+    started = time.monotonic()
+    more = [log.append(b"y" * 1000) for _ in range(5)]  # (the checkpoint holds no lock an append takes)
+    assert time.monotonic() - started < 5 and checkpointer.is_alive()
+    release.set()
+    checkpointer.join(10)
+    assert log.applied == ends[5] and [r.data for r in log.records()][-5:] == [b"y" * 1000] * 5
+    assert more[-1] == log.end
+    log.close()

@@ -97,7 +97,9 @@ class RunLog:
             for run_id in run_ids:
                 self._first.pop(run_id, None)
             upto = min(self._first.values(), default=self.log.end)
-            self.log.checkpoint(upto, sync=False)  # a marker lost to a power cut only replays applied runs
+        # outside the lock, which a flow's append may need meanwhile: a run registered since starts at or past
+        # `upto`; a marker lost to a power cut only replays applied runs
+        self.log.checkpoint(upto, sync=False)
 
     def close(self) -> None:
         self.log.close()
