@@ -313,9 +313,8 @@ class SegmentLog:
         """Record that everything below LSN `upto` is applied elsewhere, then delete the segments
         wholly below it. Call it only after the applied data is durable where it went. `sync`
         (default: the log's `fsync`): make the marker itself power-loss safe; an applier whose
-        replay is idempotent can skip that, since an older marker only replays applied records.
-        Appends go on meanwhile: the marker is written, and old segments deleted, outside the lock they take
-        (a checkpoint's file system calls took ~1 ms here, which a flow's append waited out)."""
+        replay is idempotent can skip that, since an older marker only replays applied records. Its file
+        system calls (~1 ms here) are made outside the lock appends take: a flow's append never waits them out."""
         sync = self.fsync if sync is None else sync
         with self._checkpoint_lock:
             with self._lock:
@@ -336,8 +335,7 @@ class SegmentLog:
             if sync:
                 self._fsync_dir()
             with self._lock:
-                self.applied = upto
-                done = []
+                self.applied, done = upto, []
                 while len(self._segments) > 1 and self._segments[1].start <= upto:
                     done.append(self._segments.pop(0).path)
             for path in done:
