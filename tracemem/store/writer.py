@@ -173,11 +173,9 @@ class Writer:
         backlog = self.backlog
         with self._drain_lock, quick_switching():
             upto = None if chase else backlog.seq
-            while True:
+            while not (chase and self._flushes):  # (a flush waiting for this lock writes the rest itself)
                 runs = backlog.take(upto)
-                if not runs or not self._write(runs):
-                    return
-                if chase and (self._flushes or backlog.cost < backlog.gather):
+                if not runs or not self._write(runs) or chase and backlog.cost < backlog.gather:
                     return
 
     def _write(self, runs: list[Run]) -> bool:
