@@ -25,6 +25,7 @@ corrupt or hostile bytes that pass the journal's checksum still cannot be applie
 from __future__ import annotations
 
 import json
+import operator
 from json import encoder as json_encoder
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
@@ -52,6 +53,9 @@ class Entry(NamedTuple):
     rows: list[tuple[str, dict[str, Any]]]
     run: Optional[tuple]  # the runs row ("begin", "run")
     end: Optional[dict[str, Any]]  # what the runs row learns when the run ends ("end")
+
+
+_plain = operator.itemgetter(slice(None))  # a record's fields as a plain tuple: `record[:]`, half `tuple(record)`'s cost
 
 
 def _plain_tuple(value: Any) -> tuple:
@@ -149,8 +153,8 @@ class LogCodec:
                end: Optional[dict[str, Any]] = None, free: Optional[bytes] = None) -> bytes:
         try:
             # plain tuples (a C-level map): orjson would call back into Python for every namedtuple
-            head = self._dumps((VERSION, kind, run_id, list(map(tuple, steps)), list(map(tuple, reads)),
-                                list(map(tuple, writes)), run, end))
+            head = self._dumps((VERSION, kind, run_id, list(map(_plain, steps)), list(map(_plain, reads)),
+                                list(map(_plain, writes)), run, end))
         except (TypeError, ValueError) as e:
             raise CodecError(f"cannot journal the {kind} entry of run {run_id}: {e}; steps, reads, writes, "
                              f"the runs row and end facts hold only ints, floats, strings and None") from e
