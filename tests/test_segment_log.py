@@ -382,3 +382,25 @@ def test_appends_go_on_while_a_checkpoint_writes_its_marker(tmp_path: Path, monk
     assert log.applied == ends[5] and [r.data for r in log.records()][-5:] == [b"y" * 1000] * 5
     assert more[-1] == log.end
     log.close()
+
+
+def test_a_log_without_fsync_rotates_without_syncing_and_a_sync_writes_back_every_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemem.store.segment_log as segment_log
+
+    calls: list[str] = []
+    real_fdatasync, real_sync = os.fdatasync, os.sync
+    monkeypatch.setattr(segment_log.os, "fdatasync", lambda fd: (calls.append("fdatasync"), real_fdatasync(fd))[1])
+    monkeypatch.setattr(segment_log.os, "sync", lambda: (calls.append("sync"), real_sync())[1])
+    for fsync in (False, True):
+        calls.clear()
+        log = SegmentLog(tmp_path / f"j{fsync}", segment_bytes=4096, fsync=fsync)
+        for _ in range(12):  # three segments' worth
+            log.append(b"z" * 1000, sync=False)
+        assert len(log._segments) >= 3
+        rotations = calls.count("fdatasync")
+        assert rotations == (len(log._segments) - 1 if fsync else 0)  # the flow's append never waits on a disk
+        calls.clear()
+        assert log.sync() == log.end  # power-loss safe from here: the closed segments too
+        assert calls == (["fdatasync"] if fsync else ["sync", "fdatasync"])
+        log.close()

@@ -1,10 +1,8 @@
 """An append-only log of checksummed records beside a store: durability at the price of a write().
 
-Why: a DuckDB commit costs 300–600 µs here whatever it holds, so durable modes that
-commit per stage or per run are hundreds of times slower than the hardware allows.
-An append costs a memory copy into a shared mapping of the file (mapped_tail.py) or,
-with `fsync`, one `pwrite` and an fdatasync; the store folds the log into its tables
-later, in columnar batches, and replays it on the next open.
+Why: a DuckDB commit costs 300–600 µs here whatever it holds; an append costs a memory copy
+into a shared mapping of the file (mapped_tail.py) or, with `fsync`, one `pwrite` and an
+fdatasync. The store folds the log into its tables later, and replays it on the next open.
 
 What each level survives:
 - `append()` returns once the record is in the kernel's page cache: it survives the
@@ -15,10 +13,8 @@ What each level survives:
   record appended before it power-loss safe. Threads calling it at once share one
   fdatasync (group commit). `SegmentLog(..., fsync=True)` syncs inside every `append()`.
 
-On disk, a directory (`journal_dir("agent.duckdb")` is `agent.duckdb.journal/`) of
-segments (16 MiB by default; a new one starts when a record does not fit), a
-checkpoint marker and a lock file; `log_format` describes the bytes. Threads of the one
-writing process may append at once: a lock orders the writes.
+On disk, `journal_dir("agent.duckdb")` (`agent.duckdb.journal/`) holds segments (16 MiB; a new one
+starts when a record does not fit), a checkpoint marker and a lock file (`log_format`: the bytes).
 
 Recovery protocol (idempotent, so a crash during recovery is safe):
 1. `read()` yields the records after the marker, each with its `lsn` and `end`. A torn
@@ -47,7 +43,6 @@ from .log_format import (FLAG_PREALLOCATED, RECORD_HEADER, RECORD_STRUCT, SEGMEN
                          JournalLockedError, Record, frame, marker_bytes, parse_marker, read_segment, segment_header,
                          segment_name, take_lock)
 from .mapped_tail import MappedTail, can_map
-
 
 _pack, _crc32 = RECORD_STRUCT.pack, zlib.crc32
 
@@ -191,8 +186,9 @@ class SegmentLog:
         self._fd, self._start, self._offset, self._prealloc = fd, start, SEGMENT_HEADER, bool(flags)
         self._limit = self.segment_bytes
         self._segments.append(Segment(start, path))
-        with self._sync_cond:
-            self._synced = max(self._synced, start + SEGMENT_HEADER)
+        if self.fsync:  # (a segment written before, unsynced, is not: `sync()` writes it back)
+            with self._sync_cond:
+                self._synced = max(self._synced, start + SEGMENT_HEADER)
 
     def _close_tail(self) -> None:
         if self._tail is not None:
@@ -268,13 +264,15 @@ class SegmentLog:
                             f"({error}; cleanup failed: {again}): reopen the store")
 
     def _rotate(self) -> None:
-        """Close the full active segment (written back first) and start the next (lock held)."""
+        """Close the full active segment and start the next (lock held). With `fsync` it is written back first;
+        without, the kernel writes it back (a power loss was promised nothing) and a `sync()` covers it."""
         end = self.end
         self._close_tail()
-        os.fdatasync(self._fd)
+        if self.fsync:
+            os.fdatasync(self._fd)
+            with self._sync_cond:
+                self._synced = max(self._synced, end)
         os.close(self._fd)
-        with self._sync_cond:
-            self._synced = max(self._synced, end)
         self._create(end)
 
     def sync(self, upto: Optional[int] = None) -> int:
@@ -297,6 +295,8 @@ class SegmentLog:
                     raise JournalError(self._broken)
                 fd, end = os.dup(self._fd), self.end  # dup: a rotation may close the original meanwhile
             try:
+                if not self.fsync:  # segments closed since the last sync went unsynced: write back them all
+                    os.sync()
                 os.fdatasync(fd)
                 done = True
             finally:
