@@ -5,7 +5,9 @@ writes them in columnar batches, the step journal, and each run's progress towar
 its tables. The runner reaches it only through `StoreSink` (what `Store.sink()` returns).
 
 Durability "run" (default): a finished run is queued whole and written by the
-background thread within `flush_interval` seconds (and on flush/close/exit/SIGTERM).
+background thread within `flush_interval` seconds, or once an eighth of a batch has
+gathered, batch after batch while runs come (and on flush/close/exit/SIGTERM); the
+thread runs at a lower CPU priority than the flows (store/background_priority.py).
 On a DuckDB file, what reaches the tables of a run's records comes from the journal
 entries that made them durable, which DuckDB folds in off the GIL (store/entry_fold.py);
 while the writer writes, the interpreter switches threads every 0.5 ms (store/switching.py).
