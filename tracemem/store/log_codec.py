@@ -59,8 +59,8 @@ _plain = operator.itemgetter(slice(None))  # a record's fields as a plain tuple:
 
 
 def _plain_tuple(value: Any) -> tuple:
-    if isinstance(value, tuple):  # Step/Read/Write namedtuples, which orjson does not take as they are
-        return tuple(value)
+    if isinstance(value, tuple):  # a namedtuple inside a field, which orjson does not take as it is
+        return _plain(value)
     return _refuse(value)
 
 
