@@ -84,7 +84,7 @@ def test_a_folded_run_is_stored_exactly_as_the_python_way_stores_it(tmp_path, du
     with Store(str(tmp_path / "fold.duckdb")) as folded:
         folds = []
         sql = folded.backend.fold.sql
-        folded.backend.fold.sql = lambda: (folds.append(1), sql())[1]
+        folded.backend.fold.sql = lambda entries: (folds.append(1), sql(entries))[1]
         runs = _record(folded, durability)
         assert folds, "the batches were not folded from the journal"
         assert [r.status for r in runs].count("failed") == 1 and any(r.parent_run_id for r in runs)
@@ -171,3 +171,24 @@ def test_a_thread_state_kept_as_journal_entries_is_the_state_a_replay_gives(tmp_
             kept = store.threads.known(run.run_id)
             assert kept is not None and kept.data == replayed(store.con, run.run_id, store.path).data
         assert store.threads.known(third.run_id).data["facts"] == ["ana likes ducks — ünïcode"] * 3
+
+
+def test_a_batch_of_journaled_runs_is_one_call_to_duckdb(tmp_path):
+    """Each call hands the GIL away and waits to get it back (bench/writer_gil.py): the transaction, the fold and
+    the commit go in one."""
+    with Store(str(tmp_path / "one.duckdb"), flush_interval=3600) as store:  # (the background thread waits)
+        runs = [AGENT.run({"question": f"it's q{i}"}, store=store) for i in range(3)]
+        queued_runs = store.writer.backlog.take(None)
+        assert [r.run_id for r in queued_runs] == [r.run_id for r in runs]
+        batch = Batch(store.writer.lease)
+        for run in queued_runs:
+            batch.add_journaled(run, whole=True)
+        calls: list[str] = []
+
+        class Counting:  # the connection, counting what is sent to it
+            def __getattr__(self, name: str):
+                calls.append(name)
+                return getattr(store.backend.con, name)
+        batch.insert(Counting(), store.backend.fold)
+        assert calls == ["execute"]
+        assert store.sql("SELECT count(*) FROM runs WHERE input LIKE '%it''s q%'").fetchall() == [(3,)]

@@ -228,6 +228,26 @@ def test_damaged_marker_and_foreign_files_are_reported(tmp_path: Path) -> None:
         assert [r.data for r in log.records()] == [b"one", b"two"]  # at-least-once from the oldest segment
 
 
+def test_the_marker_is_rewritten_in_place_and_an_empty_one_is_no_marker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "j"
+    with SegmentLog(path) as log:
+        first = log.append(b"one")
+        marker = (path / "applied").stat().st_ino
+        monkeypatch.setattr(os, "replace", lambda *a: pytest.fail("a checkpoint renamed a file"))
+        log.checkpoint(first)
+        second = log.append(b"two")
+        log.checkpoint(second)
+        monkeypatch.undo()
+        assert (path / "applied").stat().st_ino == marker and (path / "applied").stat().st_size == 12
+    with SegmentLog(path) as log:
+        assert log.applied == second and log.opening_damage == [] and list(log.records()) == []
+    (path / "applied").write_bytes(b"")  # created, then a crash before its first checkpoint
+    with SegmentLog(path) as log:
+        assert log.applied == 0 and log.opening_damage == []
+        assert [r.data for r in log.records()] == [b"one", b"two"]
+
+
 def test_segment_with_a_bad_header_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "j"
     with SegmentLog(path, segment_bytes=4096) as log:
@@ -359,18 +379,18 @@ def test_a_short_write_leaves_no_partial_record(tmp_path: Path, layout: dict[str
 
 
 def test_appends_go_on_while_a_checkpoint_writes_its_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tracemem.store.segment_log as segment_log
+    from tracemem.store.checkpoint_marker import CheckpointMarker
 
     log = SegmentLog(tmp_path / "j", segment_bytes=4096)
     ends = [log.append(b"x" * 1000) for _ in range(8)]  # several segments: the checkpoint deletes some
     entered, release = threading.Event(), threading.Event()
-    real_replace = os.replace
+    real_write = CheckpointMarker.write
 
-    def slow_replace(src: object, dst: object) -> None:
+    def slow_write(marker: CheckpointMarker, lsn: int, sync: bool) -> None:
         entered.set()
         assert release.wait(10)
-        real_replace(src, dst)
-    monkeypatch.setattr(segment_log.os, "replace", slow_replace)
+        real_write(marker, lsn, sync)
+    monkeypatch.setattr(CheckpointMarker, "write", slow_write)
     checkpointer = threading.Thread(target=log.checkpoint, args=(ends[5],))
     checkpointer.start()
     assert entered.wait(10)

@@ -166,9 +166,7 @@ class Progress:
 class Fold(Protocol):
     """Who folds journal entries into the tables in SQL (store/entry_fold.py, on a DuckDB file)."""
 
-    def tables(self, entries: Sequence[bytes]) -> list[tuple[str, pa.Table]]: ...
-
-    def sql(self) -> str: ...
+    def sql(self, entries: Sequence[bytes]) -> str: ...
 
 
 class Batch:
@@ -298,22 +296,17 @@ class Batch:
     def _insert(self, con: Any, cleaner: Optional[Cleaner], fold: Optional[Fold] = None) -> None:
         tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
-        folded = fold.tables(self.entries) if fold is not None and self.entries else []
+        folded = fold.sql(self.entries) if fold is not None and self.entries else ""
         updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
             cleaner is not None and cleaner.rendered())
-        con.execute("BEGIN TRANSACTION")  # (it also ends a result left unfetched, which register() refuses)
+        # one call opens the transaction and runs the inserts (and the commit when nothing follows), with the
+        # Arrow tables in its scope rather than registered: each call hands the GIL to the flow's thread and
+        # waits to get it back (~1 ms for the writer, whose priority is lowered), so fewer calls let both get on
+        statements = "BEGIN TRANSACTION; " + folded + "".join(
+            f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
+            for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
         try:
-            for name, (_, batch) in zip(names, tables):
-                con.register(name, batch)
-            for name, doc in folded:
-                con.register(name, doc)
-            # one call for the inserts (and the commit when nothing follows): each call hands the GIL to the
-            # flow's thread and waits to get it back, so fewer calls let both threads get on
-            statements = (fold.sql() if fold is not None and folded else "") + "".join(
-                f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
-                for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
-            if statements:
-                con.execute(statements).fetchall()
+            execute_with(con, statements, dict(zip(names, (t for _, t in tables))))
             if not updates:
                 return
             for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
@@ -343,9 +336,16 @@ class Batch:
         except BaseException:
             rollback(con)
             raise
-        finally:
-            for name in names + [name for name, _ in folded]:
-                con.unregister(name)
+
+
+_EXECUTE = compile("con.execute(sql).fetchall()", "<tracemem: Arrow tables in scope>", "exec")
+
+
+def execute_with(con: Any, sql: str, tables: dict[str, pa.Table]) -> None:
+    """Run `sql` on `con` with `tables` readable by name for this call only. DuckDB's Python client finds a
+    name no table has among the calling frame's local variables (its replacement scan), so the tables go in
+    as the locals of a one-line frame: no register() and unregister() calls around it, and no catalog change."""
+    exec(_EXECUTE, {}, {"con": con, "sql": sql, **tables})  # noqa: S102 - a fixed, compiled line
 
 
 def rollback(con: Any) -> None:

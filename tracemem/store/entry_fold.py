@@ -5,8 +5,8 @@ the flow's thread has already encoded its records as JSON entries (store/log_cod
 Building the same runs, steps, reads and writes rows again as Arrow columns from Python
 tuples held the GIL for ~3 µs per stage in the background writer (~5 under durability
 "stage"), time the flow's thread spent waiting. DuckDB parses the entries itself,
-without the GIL: a batch's entries go in as one JSON text (one registered Arrow string),
-are parsed once into a temporary table, and four statements prepared when the file opens
+without the GIL: a batch's entries go in as one JSON text, are parsed once into a temporary
+table, and four statements prepared when the file opens
 unnest them into their tables, each column cast as `batch.GIVEN` types it and
 `duration_ms` derived as `Batch` derives it. A run's decisions and extra rows (whose JSON
 text the store writes with the standard library's formatting), and the runs row of a run
@@ -16,6 +16,11 @@ The SQL is generated from `batch.GIVEN` and log_codec's entry layout, so a colum
 to a table reaches the fold as it reaches the journal. A value DuckDB cannot parse or cast
 (a lone surrogate, an int beyond 32 bits) fails the batch; the writer then writes its runs
 again the Python way (`Writer._write`), which makes values storable and notes each change.
+
+The JSON text is a string literal in the batch's SQL rather than an Arrow table: DuckDB's
+Python client hands the GIL back and forth while it scans a Python object, and each time the
+background writer then waits for the flow's thread to give the GIL up (~1 ms); with the text
+in the SQL a batch takes the GIL back about half as often (bench/writer_gil.py counts it).
 """
 from __future__ import annotations
 
@@ -27,7 +32,6 @@ from .batch import GIVEN, NS, F, I
 
 __all__ = ["EntryFold"]
 
-DOC = "_tracemem_entry_doc"  # the batch's entries as one JSON array (a registered Arrow table of one row)
 PARSED = "_tracemem_entries"  # a temporary table: one row per entry, its items as text (`e`)
 # 1-based positions of a log_codec entry's items: [version, kind, run_id, steps, reads, writes, run, end, free]
 KIND, RUN_ID, RECORDS, RUN_ROW = 2, 3, {"steps": 4, "reads": 5, "writes": 6}, 7
@@ -85,12 +89,9 @@ class EntryFold:
             con.execute(f"PREPARE {name} AS {sql}")
             self.names.append(name)
 
-    def tables(self, entries: Sequence[bytes]) -> list[tuple[str, pa.Table]]:
-        """What to register for a batch's entries: one JSON array of them, as one Arrow string."""
-        doc = b"[%s]" % b",".join(entries)
-        return [(DOC, pa.table({"doc": pa.array([doc], type=pa.string())}))]
-
-    def sql(self) -> str:
-        """The statements that fold the registered entries in (inside the batch's transaction)."""
-        return (f"INSERT INTO {PARSED} SELECT unnest(from_json(doc, '[{TEXT_LIST}]')) FROM {DOC}; "
+    def sql(self, entries: Sequence[bytes]) -> str:
+        """The statements that fold a batch's entries in (inside its transaction): one JSON array of them as
+        a string literal (JSON has no character a literal must escape but the quote, which it doubles)."""
+        doc = (b"[%s]" % b",".join(entries)).decode().replace("'", "''")
+        return (f"INSERT INTO {PARSED} SELECT unnest(from_json('{doc}', '[{TEXT_LIST}]')); "
                 + "".join(f"EXECUTE {name}; " for name in self.names) + f"DELETE FROM {PARSED}; ")

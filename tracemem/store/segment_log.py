@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
 from .log_format import (FLAG_PREALLOCATED, RECORD_HEADER, RECORD_STRUCT, SEGMENT_HEADER, Damage, JournalError,
-                         JournalLockedError, Record, frame, marker_bytes, parse_marker, read_segment, segment_header,
-                         segment_name, take_lock)
+                         JournalLockedError, Record, frame, read_segment, segment_header, segment_name, take_lock)
+from .checkpoint_marker import CheckpointMarker, fsync_dir
 from .mapped_tail import MappedTail, can_map
 
 _pack, _crc32 = RECORD_STRUCT.pack, zlib.crc32
@@ -97,23 +97,14 @@ class SegmentLog:
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock_fd = take_lock(self.path)
-        self.applied = self._read_marker()
+        self._marker = CheckpointMarker(self.path, writable=not readonly)
+        self.applied, damage = self._marker.read()
+        self.opening_damage += [damage] if damage else []
         self._segments = self._list_segments()
         if not readonly:
             self._open_tail()
 
     # -- opening -----------------------------------------------------------------------------
-
-    def _read_marker(self) -> int:
-        try:
-            raw = (self.path / "applied").read_bytes()
-        except FileNotFoundError:
-            return 0
-        lsn = parse_marker(raw)
-        if lsn is None:
-            self.opening_damage.append(Damage(str(self.path / "applied"), 0, 0, "unreadable checkpoint marker: "
-                                              "reading from the oldest segment", len(raw)))
-        return lsn or 0
 
     def _list_segments(self) -> list[Segment]:
         segments = []
@@ -176,7 +167,7 @@ class SegmentLog:
                 tail = MappedTail(fd, self.segment_bytes, reserved)
             if self.fsync:  # without fsync nothing promises to outlive a power loss, so opening stays cheap
                 os.fsync(fd)
-                self._fsync_dir()
+                fsync_dir(self.path)
         except BaseException:
             if tail is not None:
                 tail.close()
@@ -194,13 +185,6 @@ class SegmentLog:
         if self._tail is not None:
             self._tail.close()
             self._tail = None
-
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -314,7 +298,7 @@ class SegmentLog:
         wholly below it. Call it only after the applied data is durable where it went. `sync`
         (default: the log's `fsync`): make the marker itself power-loss safe; an applier whose
         replay is idempotent can skip that, since an older marker only replays applied records. Its file
-        system calls (~1 ms here) are made outside the lock appends take: a flow's append never waits them out."""
+        system calls are made outside the lock appends take: a flow's append never waits them out."""
         sync = self.fsync if sync is None else sync
         with self._checkpoint_lock:
             with self._lock:
@@ -323,17 +307,7 @@ class SegmentLog:
                                        f"pass an `end` returned by append() or read()")
                 if upto <= self.applied:
                     return
-            tmp = self.path / "applied.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, marker_bytes(upto))
-                if sync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path / "applied")
-            if sync:
-                self._fsync_dir()
+            self._marker.write(upto, sync)  # in place: one call (store/checkpoint_marker.py)
             with self._lock:
                 self.applied, done = upto, []
                 while len(self._segments) > 1 and self._segments[1].start <= upto:
@@ -389,6 +363,7 @@ class SegmentLog:
                 os.close(self._fd)
                 self._fd = -1
                 self._broken = f"journal {self.path} is closed"
+            self._marker.close()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
