@@ -178,7 +178,7 @@ def test_a_batch_of_journaled_runs_is_one_call_to_duckdb(tmp_path):
     the commit go in one."""
     with Store(str(tmp_path / "one.duckdb"), flush_interval=3600) as store:  # (the background thread waits)
         runs = [AGENT.run({"question": f"it's q{i}"}, store=store) for i in range(3)]
-        queued_runs = store.writer.backlog.take(None)
+        queued_runs = store.writer.backlog.take(None).runs
         assert [r.run_id for r in queued_runs] == [r.run_id for r in runs]
         batch = Batch(store.writer.lease)
         for run in queued_runs:

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Optional
 
 import pytest
 from pydantic import BaseModel
@@ -20,7 +21,7 @@ from pydantic import BaseModel
 from tracemem import Pipeline, TracememError
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
-from tracemem.store.backlog import Backlog, cost_of
+from tracemem.store.backlog import Backlog, Taken, cost_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -240,10 +241,10 @@ def test_a_batch_never_takes_more_than_its_bound():
         out = []
         while True:
             taken = backlog.take()
-            if not taken:
+            if not taken.runs:
                 return out
-            out.append(len(taken))
-            backlog.written()
+            out.append(len(taken.runs))
+            backlog.written(taken)
 
     for cost in (60, 30, 30, 10, 10, 10, 10, 10, 10):
         backlog.put(next(runs), cost)
@@ -269,10 +270,10 @@ def slowed(store: Store, seconds: float) -> list[int]:
     written: list[int] = []
     write = store.writer._write
 
-    def slow(runs: list) -> bool:
+    def slow(taken: Taken, runs: Optional[list] = None) -> bool:
         time.sleep(seconds)
-        done = write(runs)
-        written.append(len(runs))
+        done = write(taken, runs)
+        written.append(len(taken.runs))
         return done
     store.writer._write = slow
     return written
@@ -506,7 +507,6 @@ def test_the_writer_never_sleeps_out_its_interval_while_a_producer_waits_for_roo
     writer.start()  # the writer comes to sleep after the producer's first wake-up call
     writer.join(timeout=5)
     assert not writer.is_alive(), "the writer went to sleep for its whole interval while a producer waited"
-    backlog.take()
-    backlog.written()
+    backlog.written(backlog.take())
     producer.join(timeout=5)
     assert not producer.is_alive() and len(backlog) == 1

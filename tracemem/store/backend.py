@@ -11,6 +11,7 @@ be shared lives behind this interface, with one implementation per database:
 | opening, schema and migrations   | a file, its write lock, snapshots   | a database schema, an advisory lock |
 | liveness of a writer             | one writer per file; PIDs           | a lease per opening (pg/lease.py)   |
 | a batch of runs                  | Arrow tables, INSERT … SELECT       | COPY, one transaction               |
+| a flush beside a batch in flight | a second connection                 | — (after the batch in flight)       |
 | the journal (durable modes)      | <file>.journal/ (store/run_log.py)  | step_journal rows in the database   |
 | user SQL (`store.sql`)           | a DuckDB relation; fenced instance  | a materialized result; READ ONLY tx |
 | the memory's bulk SQL            | memory/sql.py (Arrow)               | pg/memory_sql.py (COPY, shared)     |
@@ -55,6 +56,8 @@ class Backend(Protocol):
     def cursor(self) -> Any: ...
 
     def insert(self, batch: Batch) -> None: ...
+
+    def insert_beside(self, batch: Batch) -> bool: ...  # on a second connection; False: there is none
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None: ...
 

@@ -89,6 +89,17 @@ def cost_of(run: Run) -> int:
 
 
 @dataclass
+class Taken:
+    """Runs taken for one batch: they count as being written until `Backlog.written` or `put_back` (a flush
+    may write some beside the background writer's batch, so two can be out at once)."""
+
+    runs: list[Run]
+    costs: list[int]  # each run's cost, as queued
+    since: float  # when the oldest of them was queued
+    at: float  # when they were taken
+
+
+@dataclass
 class BacklogStatus:
     """A look at the backlog: queued runs and cost now, and how far behind the writer is and was."""
 
@@ -120,9 +131,7 @@ class Backlog:
         # (apart from the runs: a tuple of plain values is one object fewer for the garbage collector to walk)
         self._cost = 0
         self.seq = 0  # the sequence number of the last run queued
-        self._taken_since: Optional[float] = None  # enqueue time of the oldest run being written
-        self._taken_at, self._taken_cost = 0.0, 0  # when the batch being written was taken, and its cost
-        self._taken: list[int] = []  # the costs of the runs being written (what `put_back` queues again)
+        self._out: list[Taken] = []  # the batches being written
         self._rate: Optional[float] = None  # cost units the writer writes per second (moving average)
         self._last_written: Optional[float] = None  # when the last batch was written, if runs were left queued
         self._peak_runs = self._peak_cost = self._waits = 0
@@ -169,58 +178,67 @@ class Backlog:
         bound = min(self.max_cost, max(self.batch_cost, rate_bound))  # until measured: four batches
         if items and self._cost + cost > bound:
             return True
-        oldest = self._taken_since if self._taken_since is not None else items[0][1] if items else None
+        oldest = self._oldest()
         return oldest is not None and time.monotonic() - oldest > self.max_lag
 
-    def take(self, upto: Optional[int] = None) -> list[Run]:
+    def _oldest(self) -> Optional[float]:
+        """When the oldest run not yet on disk (being written, else queued) was queued."""
+        if self._out:
+            return min(taken.since for taken in self._out)
+        return self._items[0][1] if self._items else None
+
+    def take(self, upto: Optional[int] = None) -> Taken:
         """The oldest runs (queued no later than sequence number `upto`), up to one batch's cost (at least
-        one run); they count as being written until `written` or `put_back`."""
+        one run, none if none is queued)."""
         with self._cv:
             runs: list[Run] = []
             costs: list[int] = []
             cost = 0
             items = self._items
+            since = 0.0
             while items and (upto is None or items[0][2] <= upto) and (
                     not runs or cost + items[0][0] <= self.batch_cost):
                 c, at, _ = items.popleft()
                 if not runs:
-                    self._taken_since = at
+                    since = at
                 runs.append(self._runs.popleft())
                 costs.append(c)
                 cost += c
-            self._taken = costs
             self._cost -= cost
-            self._taken_at, self._taken_cost = time.monotonic(), cost
-            return runs
+            taken = Taken(runs, costs, since, time.monotonic())
+            if runs:
+                self._out.append(taken)
+            return taken
 
-    def written(self) -> None:
-        """The runs last taken are on disk: make room for waiting producers."""
+    def written(self, taken: Taken) -> None:
+        """These runs are on disk: make room for waiting producers."""
         with self._cv:
             now = time.monotonic()
-            if self._taken_since is not None:
-                self._peak_lag = max(self._peak_lag, now - self._taken_since)
+            self._out.remove(taken)
+            self._peak_lag = max(self._peak_lag, now - taken.since)
             # the rate the queue drains at: from the previous batch's end when the writer went straight on
             # (the time between batches counts: producers take the GIL there), else from this batch's start
-            start = self._last_written if self._last_written is not None else self._taken_at
-            if self._taken_cost and now > start:
-                rate = self._taken_cost / (now - start)
+            last = self._last_written
+            start = last if last is not None and last <= taken.at else taken.at
+            cost = sum(taken.costs)
+            if cost and now > start:
+                rate = cost / (now - start)
                 self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
             self._last_written = now if self._items else None
-            self._taken_since = None
             self.failure = None
             self._cv.notify_all()
 
-    def put_back(self, runs: list[Run], failure: Optional[StoreError]) -> None:
-        """Runs taken but not written (the last of those taken) go back to the front, oldest first, at the
-        cost they were queued at; `failure` says why."""
+    def put_back(self, taken: Taken, runs: list[Run], failure: Optional[StoreError]) -> None:
+        """Runs taken but not written (the last of those `taken`) go back to the front, oldest first, at the
+        cost they were queued at; `failure` says why (None: no failure of the file, nor news of one)."""
         with self._cv:
-            at = self._taken_since if self._taken_since is not None else time.monotonic()
-            costs = self._taken[len(self._taken) - len(runs):] if runs else []
+            self._out.remove(taken)
+            costs = taken.costs[len(taken.costs) - len(runs):] if runs else []
             self._runs.extendleft(reversed(runs))
-            self._items.extendleft((c, at, 0) for c in reversed(costs))
+            self._items.extendleft((c, taken.since, 0) for c in reversed(costs))
             self._cost += sum(costs)
-            self._taken_since = None
-            self.failure = failure
+            if failure is not None:
+                self.failure = failure
             self._cv.notify_all()
 
     def wait_for_work(self, interval: float) -> bool:
@@ -240,7 +258,6 @@ class Backlog:
     def status(self) -> BacklogStatus:
         with self._cv:
             now = time.monotonic()
-            oldest = self._taken_since if self._taken_since is not None else (
-                self._items[0][1] if self._items else None)
+            oldest = self._oldest()
             return BacklogStatus(len(self._items), self._cost, 0.0 if oldest is None else now - oldest,
                                  self._peak_runs, self._peak_cost, self._peak_lag, self._waits)

@@ -65,6 +65,8 @@ class DuckBackend:
         self._local = threading.local()
         self.run_log: Optional[RunLog] = None
         self.fold: Optional[EntryFold] = None  # folds the runs the run journal holds whole (store/entry_fold.py)
+        self._beside: Optional[tuple[duckdb.DuckDBPyConnection, EntryFold]] = None  # see insert_beside
+        self._beside_lock = threading.Lock()
         try:
             with lock:
                 open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
@@ -99,6 +101,19 @@ class DuckBackend:
     # -- writing ---------------------------------------------------------------------------
     def insert(self, batch: Batch) -> None:
         batch.insert(self.con, self.fold)
+
+    def insert_beside(self, batch: Batch) -> bool:
+        """`insert` on a second connection (made on first use, with its own fold), while the first may be
+        writing another batch: DuckDB commits two transactions appending to the same tables side by side
+        (store/flush_beside.py). False without a run journal, whose entries are what goes in this way."""
+        if self.fold is None:
+            return False
+        with self._beside_lock:
+            if self._beside is None:
+                con = self.con.cursor()
+                self._beside = (con, EntryFold(con))
+            batch.insert(*self._beside)
+        return True
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
@@ -149,6 +164,8 @@ class DuckBackend:
         return export(self.con, directory, progress=progress)
 
     def _close_files(self) -> None:
+        if self._beside is not None:
+            self._beside[0].close()
         self.con.close()
         if self.run_log is not None:
             self.run_log.close()

@@ -2,7 +2,7 @@
 
 It owns the backlog of finished runs (store/backlog.py), the background thread that
 writes them in columnar batches, the step journal, and each run's progress towards
-its tables. The runner reaches it only through `StoreSink` (what `Store.sink()` returns).
+its tables. The runner reaches it only through `StoreSink` (store/store_sink.py, what `Store.sink()` returns).
 
 Durability "run" (default): a finished run is queued whole and written by the
 background thread within `flush_interval` seconds, or once an eighth of a batch has
@@ -34,14 +34,13 @@ import time
 from typing import Any, Callable, Optional
 
 from ..errors import StoreError, TracememError
-from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
 from .background_priority import lower_this_thread
-from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, cost_of, queued, restored
-from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
+from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, Taken, cost_of, restored
+from .batch import Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
-from .journal import end_entry, part_entry, run_entry, step_entry
+from .flush_beside import write_beside
 from .segment_log import JournalError
 from .snapshots import embedding_rows
 from .switching import quick_switching
@@ -77,8 +76,9 @@ class Writer:
         self._start_lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
 
-    def sink(self, durability: str) -> "StoreSink":
-        return StoreSink(self, durability)
+    def writing(self) -> bool:
+        """Whether a drain is writing now (most often the background thread's batch)."""
+        return self._drain_lock.locked()
 
     @property
     def pending(self) -> int:
@@ -176,44 +176,50 @@ class Writer:
         with self._drain_lock, quick_switching():
             upto = None if chase else backlog.seq
             while not (chase and self._flushes):  # (a flush waiting for this lock writes the rest itself)
-                runs = backlog.take(upto)
-                if not runs or not self._write(runs) or chase and backlog.cost < backlog.gather:
+                taken = backlog.take(upto)
+                if not taken.runs or not self._write(taken) or chase and backlog.cost < backlog.gather:
                     return
 
-    def _write(self, runs: list[Run]) -> bool:
-        """Write runs as one batch; False when the file failed (they are queued again). Runs whose records
-        are in their journal entries are folded in from those (`Batch.add_journaled`), unless part of the run is
-        in the tables already; a batch SQL could not fold is written again the Python way (`restored`)."""
-        batch = Batch(self.lease)
+    def _write(self, taken: Taken, runs: Optional[list[Run]] = None) -> bool:
+        """Write the runs `taken` (or their copies `runs`) as one batch; False when the file failed (they are
+        queued again). Runs whose records are in their journal entries are folded in from those
+        (`Batch.add_journaled`), unless part of the run is in the tables already; a batch SQL could not fold is
+        written again the Python way (`restored`)."""
+        runs = taken.runs if runs is None else runs
         try:
-            for run in runs:
-                progress = self.progress.get(run.run_id)
-                if run.entries and (progress is None or progress.written is None and not progress.row):
-                    batch.add_journaled(run, whole=progress is None)
-                else:
-                    batch.add_run(restored(run), progress)
-            batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
-            self.write_now(batch)
+            self.write_now(self.batch_of(runs))
         except BaseException as err:
             if storage_failure(err) is not None:
-                self.backlog.put_back(runs, self._failed(err, f"writing {len(runs)} runs"))
+                self.backlog.put_back(taken, runs, self._failed(err, f"writing {len(runs)} runs"))
                 return False
-            if batch.entries:
-                return self._write([restored(run) for run in runs])
-            return self._write_each(runs)
-        self._done(runs)
-        self.on_written(len(runs))
+            if any(run.entries for run in runs):
+                return self._write(taken, [restored(run) for run in runs])
+            return self._write_each(taken, runs)
+        self.done(taken)
         return True
 
-    def _done(self, runs: list[Run]) -> None:
-        """These runs are in the tables (or given up, said in errors): forget them, and their journal."""
+    def batch_of(self, runs: list[Run]) -> Batch:
+        """One batch of finished runs, with their snapshot embeddings."""
+        batch = Batch(self.lease)
         for run in runs:
+            progress = self.progress.get(run.run_id)
+            if run.entries and (progress is None or progress.written is None and not progress.row):
+                batch.add_journaled(run, whole=progress is None)
+            else:
+                batch.add_run(restored(run), progress)
+        batch.add_embeddings(embedding_rows(self.snapshot_embedder, runs))
+        return batch
+
+    def done(self, taken: Taken) -> None:
+        """These runs are in the tables (or given up, said in errors): forget them, and their journal."""
+        for run in taken.runs:
             self.progress.pop(run.run_id, None)
         if self.runlog is not None:
-            self.runlog.written([run.run_id for run in runs])
-        self.backlog.written()
+            self.runlog.written([run.run_id for run in taken.runs])
+        self.backlog.written(taken)
+        self.on_written(len(taken.runs))
 
-    def _write_each(self, runs: list[Run]) -> bool:
+    def _write_each(self, taken: Taken, runs: list[Run]) -> bool:
         """After a failed batch: write run by run, so one bad run never blocks the others. A run whose
         extra rows or query embedding cannot be written is written without them; one that still fails is
         written as its runs row alone; each says so in its notes. Errors are raised by the next flush()."""
@@ -228,7 +234,7 @@ class Writer:
                 except BaseException as err:
                     del run.notes[kept:]
                     if storage_failure(err) is not None:
-                        self.backlog.put_back(runs[i:], self._failed(err, f"writing run {run.run_id}"))
+                        self.backlog.put_back(taken, runs[i:], self._failed(err, f"writing run {run.run_id}"))
                         return False
                     first = first or err
                     continue
@@ -238,7 +244,7 @@ class Writer:
             else:
                 self.errors.append(TracememError(f"run {run.run_id} of '{run.pipeline}' could not be written to "
                                                  f"{self.path}: {first}"))
-        self._done(runs)
+        self.done(taken)
         return True
 
     @staticmethod
@@ -288,6 +294,7 @@ class Writer:
         try:
             if self.inflight:
                 self.materialize()
+            write_beside(self)
             self.drain()
         finally:
             with self._flushes_lock:
@@ -305,85 +312,3 @@ class Writer:
         self.backlog.close()
         if self._thread is not None:
             self._thread.join(timeout=30)
-
-
-class StoreSink:
-    """The runner's view of the store for one run (see `Store.sink`)."""
-
-    def __init__(self, writer: Writer, durability: str) -> None:
-        if durability not in ("run", "stage"):
-            raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
-        self.writer = writer
-        self.durability = durability
-
-    def begin_run(self, run: Run) -> None:
-        self.writer.check()  # a store whose file failed accepts no new runs
-        if run.resumed_from is not None:  # its runs row exists (claimed by flow.resume), its record so far too
-            mark = run.resumed_from
-            self.writer.progress[run.run_id] = Progress(written=mark, done=mark, row=True)
-            if self.durability == "stage":
-                self.writer.inflight[run.run_id] = run
-            return
-        if self.durability == "stage":
-            writer = self.writer
-            if writer.runlog is not None:
-                writer.logged(run, writer.runlog.begin)
-                writer.progress[run.run_id] = Progress()
-            else:
-                batch = Batch(writer.lease)
-                batch.rows["runs"].append(run_row(run, writer.lease))
-                batch.runs[run.run_id] = run
-                writer.write_durably(f"starting run {run.run_id}", batch)
-                writer.progress[run.run_id] = Progress(row=True)
-            writer.inflight[run.run_id] = run
-
-    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
-                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
-        for table, _ in rows:
-            if table not in EXTRA_TABLES and not table.startswith("_"):
-                raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
-                                    f"known: {', '.join(sorted(EXTRA_TABLES))}")
-        if self.durability == "stage":  # one journal append; the run's rows reach their tables at its end
-            writer = self.writer
-            progress = writer.progress[run.run_id]
-            if writer.runlog is not None:  # (writer.logged, inlined: once per stage)
-                try:
-                    progress.entries.append(writer.runlog.step(run, step, reads, writes, decision, rows))
-                except JournalError as err:
-                    raise writer.journal_failed(run, err) from err
-            else:
-                writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
-            progress.done = mark_of(run)
-
-    def end_run(self, run: Run) -> None:
-        writer = self.writer
-        runlog = writer.runlog
-        resumed = run.resumed_from is not None
-        entries: list[bytes] = []  # run journal entries holding all its records: the writer folds them in as they are
-        if self.durability == "stage" and runlog is not None:
-            writer.logged(run, runlog.end)
-            writer.inflight.pop(run.run_id, None)
-            if not resumed:
-                entries = writer.progress[run.run_id].entries
-        elif self.durability == "stage":
-            writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
-            writer.progress[run.run_id].journal = "stage"
-            writer.inflight.pop(run.run_id, None)
-        elif runlog is not None and not resumed:  # every run is on disk before flow.run returns
-            entries = [writer.logged(run, runlog.whole)]
-        elif runlog is not None:  # a resumed run: on disk before flow.resume returns
-            writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
-            writer.logged(run, runlog.end)
-        elif writer.flush_interval <= 0 and resumed:  # on disk before flow.resume returns
-            progress = writer.progress[run.run_id]
-            start = progress.written or run.resumed_from
-            first = run.steps[start[0]].step if len(run.steps) > start[0] else 0
-            writer.journal(run.run_id, first, "step", part_entry(run, start))
-            writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
-            progress.journal = "stage"
-        elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
-            writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
-            writer.progress[run.run_id] = Progress(journal="run")
-        kept = run if resumed else queued(run, entries)  # the writer's copy (see backlog.queued)
-        writer.on_end(kept)
-        writer.enqueue(kept, cost_of(run))

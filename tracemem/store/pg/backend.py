@@ -84,6 +84,9 @@ class PgBackend:
     def insert(self, batch: Batch) -> None:
         insert_batch(self._writer(), batch, self.lease)
 
+    def insert_beside(self, batch: Batch) -> bool:
+        return False  # a flush writes after the batch in flight (the writer's one connection)
+
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         self._writer().execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
                                [run_id, step, kind, payload.replace("\x00", "\ufffd"), self.lease])
