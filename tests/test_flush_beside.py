@@ -1,5 +1,5 @@
 """A flush writes what it finds queued beside the background writer's batch in flight, on a second DuckDB
-connection (store/flush_beside.py); whatever fails there goes back to the queue for the drain after it."""
+connection (Writer._write_beside); whatever fails there goes back to the queue for the drain after it."""
 from __future__ import annotations
 
 import threading

@@ -105,7 +105,7 @@ class DuckBackend:
     def insert_beside(self, batch: Batch) -> bool:
         """`insert` on a second connection (made on first use, with its own fold), while the first may be
         writing another batch: DuckDB commits two transactions appending to the same tables side by side
-        (store/flush_beside.py). False without a run journal, whose entries are what goes in this way."""
+        (Writer._write_beside). False without a run journal, whose entries are what goes in this way."""
         if self.fold is None:
             return False
         with self._beside_lock:
