@@ -104,7 +104,7 @@ def main() -> None:
             con.unregister("_bench_doc")
 
     def literal() -> None:
-        con.execute("BEGIN TRANSACTION; " + fold.sql(fresh()) + "COMMIT").fetchall()
+        con.execute(fold.sql(fresh(), "BEGIN TRANSACTION; ", "COMMIT")).fetchall()
 
     def empty() -> None:
         con.execute("BEGIN TRANSACTION; COMMIT").fetchall()

@@ -84,7 +84,7 @@ def test_a_folded_run_is_stored_exactly_as_the_python_way_stores_it(tmp_path, du
     with Store(str(tmp_path / "fold.duckdb")) as folded:
         folds = []
         sql = folded.backend.fold.sql
-        folded.backend.fold.sql = lambda entries: (folds.append(1), sql(entries))[1]
+        folded.backend.fold.sql = lambda *args: (folds.append(1), sql(*args))[1]
         runs = _record(folded, durability)
         assert folds, "the batches were not folded from the journal"
         assert [r.status for r in runs].count("failed") == 1 and any(r.parent_run_id for r in runs)

@@ -150,20 +150,22 @@ class Backlog:
         """Queue a finished run; waits while the queue is full or too far behind (a run costlier than the
         bound waits for an empty queue); raises the store's failure once writing has failed."""
         with self._cv:
-            if self._full(cost) and self.failure is None:
+            now = time.monotonic()
+            if self._full(cost, now) and self.failure is None:
                 self._waits += 1
                 self._waiting += 1
                 try:
-                    while self._full(cost) and self.failure is None and not self.closed:
+                    while self._full(cost, now) and self.failure is None and not self.closed:
                         self._cv.notify_all()  # the writer must not sleep out its interval now
                         self._cv.wait(0.5)
+                        now = time.monotonic()
                 finally:
                     self._waiting -= 1
             if self.failure is not None:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
             self._runs.append(run)
-            self._items.append((cost, time.monotonic(), self.seq))
+            self._items.append((cost, now, self.seq))
             self._cost += cost
             if len(self._items) > self._peak_runs:
                 self._peak_runs = len(self._items)
@@ -172,19 +174,20 @@ class Backlog:
             if self._cost >= self.gather:
                 self._cv.notify_all()
 
-    def _full(self, cost: int) -> bool:
+    def _full(self, cost: int, now: float) -> bool:
         items = self._items
         rate_bound = 4 * self.batch_cost if self._rate is None else int(self._rate * self.max_lag)
         bound = min(self.max_cost, max(self.batch_cost, rate_bound))  # until measured: four batches
         if items and self._cost + cost > bound:
             return True
         oldest = self._oldest()
-        return oldest is not None and time.monotonic() - oldest > self.max_lag
+        return oldest is not None and now - oldest > self.max_lag
 
     def _oldest(self) -> Optional[float]:
         """When the oldest run not yet on disk (being written, else queued) was queued."""
-        if self._out:
-            return min(taken.since for taken in self._out)
+        out = self._out
+        if out:  # (one batch out, but for a flush writing beside the background thread's)
+            return out[0].since if len(out) == 1 else min(taken.since for taken in out)
         return self._items[0][1] if self._items else None
 
     def take(self, upto: Optional[int] = None) -> Taken:
@@ -246,7 +249,7 @@ class Backlog:
         failure: the full interval); False once closed."""
         with self._cv:
             if not self.closed and (self.failure is not None or (self._cost < self.gather and not self._waiting
-                                                                  and not self._full(0))):
+                                                                  and not self._full(0, time.monotonic()))):
                 self._cv.wait(interval)
             return not self.closed
 

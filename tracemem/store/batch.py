@@ -166,7 +166,7 @@ class Progress:
 class Fold(Protocol):
     """Who folds journal entries into the tables in SQL (store/entry_fold.py, on a DuckDB file)."""
 
-    def sql(self, entries: Sequence[bytes]) -> str: ...
+    def sql(self, entries: Sequence[bytes], before: str = "", after: str = "") -> str: ...
 
 
 class Batch:
@@ -296,15 +296,15 @@ class Batch:
     def _insert(self, con: Any, cleaner: Optional[Cleaner], fold: Optional[Fold] = None) -> None:
         tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
-        folded = fold.sql(self.entries) if fold is not None and self.entries else ""
         updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
             cleaner is not None and cleaner.rendered())
         # one call opens the transaction and runs the inserts (and the commit when nothing follows), with the
         # Arrow tables in its scope rather than registered: each call hands the GIL to the flow's thread and
         # waits to get it back (~1 ms for the writer, whose priority is lowered), so fewer calls let both get on
-        statements = "BEGIN TRANSACTION; " + folded + "".join(
-            f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
-            for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
+        rest = "".join(f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
+                       for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
+        begin = "BEGIN TRANSACTION; "
+        statements = fold.sql(self.entries, begin, rest) if fold is not None and self.entries else begin + rest
         try:
             execute_with(con, statements, dict(zip(names, (t for _, t in tables))))
             if not updates:
