@@ -61,7 +61,8 @@ def release(con: Any, run_id: str, status: str) -> None:
 def _unsynced(con: Any, skip: bool) -> Iterator[None]:
     """DuckDB commits inside are not fsync'd (`fsync_mode` is the database's: the caller holds its write
     lock, which the writer and a writable store's `sql()` take too, so no other commit of this store falls
-    inside); the setting is restored after."""
+    inside but a flush's beside a batch in flight, on a store without `fsync=True`, whose commits need no
+    sync: see Writer._write_beside); the setting is restored after."""
     if not skip:
         yield
         return
