@@ -192,3 +192,9 @@ def test_a_batch_of_journaled_runs_is_one_call_to_duckdb(tmp_path):
         batch.insert(Counting(), store.backend.fold)
         assert calls == ["execute"]
         assert store.sql("SELECT count(*) FROM runs WHERE input LIKE '%it''s q%'").fetchall() == [(3,)]
+
+
+def test_the_fold_sql_of_no_entries_folds_nothing(tmp_path):
+    with Store(str(tmp_path / "e.duckdb")) as store:
+        store.backend.con.execute(store.backend.fold.sql([], "BEGIN TRANSACTION; ", "COMMIT"))
+        assert store.sql("SELECT count(*) FROM runs").fetchall() == [(0,)]

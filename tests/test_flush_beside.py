@@ -120,3 +120,20 @@ def test_two_batches_can_be_out_at_once_and_a_put_back_keeps_the_files_failure()
     backlog.written(again[0])
     backlog.written(again[1])
     assert backlog.failure is None and backlog.status().oldest_age_s == 0
+
+
+def test_a_flush_that_finds_the_queue_taken_meanwhile_writes_nothing_beside(tmp_path, monkeypatch):
+    with Store(str(tmp_path / "r.duckdb"), flush_interval=0) as store:
+        entered, release = held_batch(store)
+        beside = count_beside(store)
+        FLOW.run({}, store=store)
+        assert entered.wait(10)
+        FLOW.run({}, store=store)
+        # between the flush's look at the queue and its take, the background thread took the run
+        monkeypatch.setattr(store.writer.backlog, "take", lambda upto=None: Taken([], [], 0.0, 0.0))
+        store.writer._write_beside()
+        monkeypatch.undo()
+        assert beside == [] and store.writer.pending == 1
+        release.set()
+        store.flush()
+        assert store.sql("SELECT count(*) FROM runs").fetchall() == [(2,)]

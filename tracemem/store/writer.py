@@ -275,6 +275,8 @@ class Writer:
         if not self._drain_lock.locked() or backlog.failure is not None or not len(backlog):
             return
         taken = backlog.take(backlog.seq)
+        if not taken.runs:  # the background thread took them meanwhile
+            return
         try:
             batch = self.batch_of(taken.runs)
             beside = self.backend.insert_beside(batch)
