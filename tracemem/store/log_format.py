@@ -17,8 +17,9 @@ A journal directory holds:
   file-size update (about 25% faster here). The zeros after its last record are
   its clean end; in a segment that was not preallocated, zeros at the end are
   what a power loss leaves of writes never synced, and are reported.
-- `applied`: the checkpoint marker, `<u64 LSN><u32 crc32>`, written by tmp file +
-  rename so it is the old or the new one, never torn.
+- `applied`: the checkpoint marker, `<u64 LSN><u32 crc32>`, rewritten in place
+  (store/checkpoint_marker.py): a torn one fails its CRC and the log is read from
+  its oldest segment; empty, it is no marker.
 - `lock`: `flock`ed by the one process that writes the journal (its pid inside).
 """
 from __future__ import annotations
