@@ -248,6 +248,23 @@ def test_the_marker_is_rewritten_in_place_and_an_empty_one_is_no_marker(
         assert [r.data for r in log.records()] == [b"one", b"two"]
 
 
+def test_a_new_markers_directory_entry_is_synced_once_with_its_first_synced_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemem.store.checkpoint_marker as checkpoint_marker
+
+    synced: list[Path] = []
+    monkeypatch.setattr(checkpoint_marker, "fsync_dir", synced.append)
+    with SegmentLog(tmp_path / "j") as log:  # without fsync: opening and unsynced checkpoints sync nothing
+        log.checkpoint(log.append(b"one"))
+        assert synced == []
+        log.checkpoint(log.append(b"two"), sync=True)
+        log.checkpoint(log.append(b"three"), sync=True)
+        assert synced == [tmp_path / "j"]
+    with SegmentLog(tmp_path / "j") as log:  # an existing marker's entry is durable already
+        log.checkpoint(log.append(b"four"), sync=True)
+        assert synced == [tmp_path / "j"]
+
+
 def test_segment_with_a_bad_header_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "j"
     with SegmentLog(path, segment_bytes=4096) as log:

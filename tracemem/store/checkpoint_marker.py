@@ -20,7 +20,7 @@ from typing import Optional
 
 from .log_format import Damage, marker_bytes, parse_marker
 
-__all__ = ["CheckpointMarker"]
+__all__ = ["CheckpointMarker", "fsync_dir"]
 
 
 class CheckpointMarker:
@@ -29,11 +29,10 @@ class CheckpointMarker:
     def __init__(self, directory: Path, writable: bool) -> None:
         self.path = directory / "applied"
         self._fd = -1
+        self._created = False  # made by this opening: its directory entry is synced with its first synced write
         if writable:
-            existed = self.path.exists()
+            self._created = not self.path.exists()
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not existed:  # its directory entry is made durable once, here, not at every checkpoint
-                fsync_dir(directory)
 
     def read(self) -> tuple[int, Optional[Damage]]:
         """The LSN the marker holds (0: none yet), and the damage found instead of a valid marker."""
@@ -56,6 +55,9 @@ class CheckpointMarker:
         os.pwrite(self._fd, marker_bytes(lsn), 0)
         if sync:
             os.fdatasync(self._fd)
+            if self._created:  # once, not at every checkpoint
+                fsync_dir(self.path.parent)
+                self._created = False
 
     def close(self) -> None:
         if self._fd >= 0:

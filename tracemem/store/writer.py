@@ -272,10 +272,10 @@ class Writer:
         beside (a failure of any kind; PostgreSQL's one connection) goes back to the front of the queue, for
         the drain that follows, which has every fallback."""
         backlog = self.backlog
-        if not self._drain_lock.locked() or backlog.failure is not None or not len(backlog):
+        if not self._drain_lock.locked() or backlog.failure is not None:
             return
         taken = backlog.take(backlog.seq)
-        if not taken.runs:  # the background thread took them meanwhile
+        if not taken.runs:  # none queued (or the background thread took them meanwhile)
             return
         try:
             batch = self.batch_of(taken.runs)
