@@ -1,11 +1,12 @@
 """The typed scope: reads with sources, validated writes, recorded mutation verbs, secrets."""
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import pytest
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from tracemem import Pipeline, RunFailed, ScopeReadError, ScopeWriteError
 
@@ -106,6 +107,54 @@ def test_write_is_validated_and_coerced():
 
     run = run1(a)
     assert run.output.n == 7 and writes(run) == [("n", "set", 7)]
+
+
+class Plain(BaseModel):
+    n: int = 0
+    big: int = 0
+    flag: bool = False
+    ratio: float = 0.0
+    text: str = ""
+    positive: Annotated[int, Field(gt=0)] = 1  # constrained: never written unvalidated
+    short: Annotated[str, Field(max_length=3)] = ""
+
+
+def _set(s: Any, field: str, value: Any) -> None:
+    setattr(s, field, value)
+
+
+def test_a_write_of_exactly_the_declared_type_is_recorded_as_a_validated_one_would_be():
+    """Plain int/str/float/bool fields skip their validator for a value of exactly their type (the hot path);
+    what is recorded and kept must not change, and anything else (a subclass, a constrained field) is validated."""
+    def a(s):
+        s.n, s.big, s.flag, s.ratio, s.text = 7, 10**30, True, 0.5, 'quote " and \u00e9'
+        s.n = True  # a bool is not exactly an int: validated (lax: 1)
+        s.ratio = 2  # an int into a float field: validated (2.0)
+
+    run = Pipeline("p", Plain).then(a).build().run({})
+    assert [(w.path, json.loads(w.value)) for w in run.writes] == [
+        ("n", 7), ("big", 10**30), ("flag", True), ("ratio", 0.5), ("text", 'quote " and \u00e9'),
+        ("n", 1), ("ratio", 2.0)]
+    assert type(run.output.n) is int and type(run.output.ratio) is float
+    assert json.loads(run.output_json) == {"n": 1, "big": 10**30, "flag": True, "ratio": 2.0,
+                                           "text": 'quote " and \u00e9'}
+    for field, value in (("positive", 0), ("short", "toolong")):
+        with pytest.raises(RunFailed) as info:
+            Pipeline("p", Plain).then(functools.partial(_set, field=field, value=value), id="bad").build().run({})
+        assert isinstance(info.value.__cause__, ScopeWriteError) and info.value.__cause__.path == field
+
+
+def test_reads_between_own_writes_are_each_recorded_once_per_source():
+    def a(s):
+        _ = s.n, s.n
+        s.n = 1
+        _ = s.n, s.n
+        s.n = 2
+        _ = s.n, s.text, s.n
+
+    run = run1(a)
+    assert [(r.path, r.source_step, r.source_seq) for r in run.reads] == [
+        ("n", None, None), ("n", 1, 2), ("n", 1, 4), ("text", None, None)]
 
 
 @pytest.mark.parametrize("stage_body, path", [

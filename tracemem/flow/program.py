@@ -57,6 +57,7 @@ class Instruction:
     branch_index: int = -1  # loop with when=<branch key>: the branch it follows
     loop_keys: frozenset = frozenset()  # branch: keys whose arm jumps backwards
     regions: tuple[Region, ...] = ()
+    plain: bool = False  # a stage the runner calls directly (`StageSpec.plain`, no pause before it): its hot path
 
 
 class Program:
@@ -110,7 +111,8 @@ class Program:
             at = len(self.ins)
             if isinstance(node, StageNode):
                 self._register(node.spec.id, at, node.spec)
-                self.ins.append(Instruction("stage", node.spec.id, node.spec))
+                self.ins.append(Instruction("stage", node.spec.id, node.spec,
+                                            plain=node.spec.plain and not node.spec.pause_before))
             elif isinstance(node, BranchNode):
                 self._emit_branch(node, at)
             elif isinstance(node, ForkNode):

@@ -157,10 +157,11 @@ class Execution(ParallelSteps, SubflowSteps):
                 raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
                                    "was closed)")
             ins = ins_list[pc]
-            if ins.op == "stage":  # the common case, without a lookup (a plain one without a coroutine)
-                spec = ins.spec
-                pc = self._plain_stage(ins, spec, pc) if spec.plain and not spec.pause_before else \
-                    await self._do_stage(ins, pc)
+            if ins.plain:  # the common case: no lookup, no coroutine
+                pc = self._plain_stage(ins, ins.spec, pc)  # type: ignore[arg-type]
+                continue
+            if ins.op == "stage":
+                pc = await self._do_stage(ins, pc)
                 continue
             handler = HANDLERS.get(ins.op)
             if handler is None:

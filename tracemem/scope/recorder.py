@@ -52,7 +52,7 @@ class StepRecorder:
         self.stage = stage
         self.overlay: dict[str, Any] = {}
         self.own: dict[str, int] = {}
-        self.seen: set = set()
+        self.seen: dict[str, Optional[tuple[int, int]]] = {}  # field → the source of its last read recorded
         self.proxies: dict[str, Any] = {}
         self.reads: list[Read] = []
         self.writes: list[Write] = []
@@ -82,9 +82,10 @@ class StepRecorder:
                     f"{self.state.schema.model.__name__} does not have; fields: {', '.join(self.state.schema.fields)}"
                 ) from None
             source = self.state.last_write.get(name)
-        key = (name, source)
-        if key not in self.seen:
-            self.seen.add(key)
+        # a field's source within a step only moves on (committed → own writes), so a read is new when its
+        # source differs from the last one recorded for the field
+        if self.seen.get(name, _UNSEEN) != source:
+            self.seen[name] = source
             self.seq += 1
             if source is None:
                 self.reads.append(built(Read, (self.step, self.seq, name, None, None)))
@@ -104,8 +105,25 @@ class StepRecorder:
 
     # -- writes ------------------------------------------------------------
     def set_field(self, name: str, value: Any) -> None:
-        if self.proxies and value is not None and value is self.proxies.get(name):
+        schema = self.state.schema
+        if type(value) is schema.exact.get(name):  # valid as it is (`ScopeSchema.exact`)
+            try:
+                dumped = schema.dump(name, value, self.state.salt)
+            except (PydanticSerializationError, UnicodeError) as err:
+                dumped = self._unstorable(name, name, value, err)
+        elif self.proxies and value is not None and value is self.proxies.get(name):
             return  # `scope.items += [x]`: the in-place change is already recorded (as appends)
+        else:
+            value, dumped = self._checked(name, value)
+        self.seq += 1
+        self.writes.append(built(Write, (self.step, self.seq, name, "set", dumped)))
+        self.ops.append(((name,), "set", value))
+        self.overlay[name] = value
+        self.own[name] = self.seq
+        self.proxies.pop(name, None)
+
+    def _checked(self, name: str, value: Any) -> tuple[Any, str]:
+        """A value written to field `name` as the scope keeps it (validated, its own copy), and its JSON text."""
         schema = self.state.schema
         if name not in schema.field_set:
             raise ScopeWriteError(
@@ -123,15 +141,9 @@ class StepRecorder:
         try:
             if type(value) not in SCALARS and not schema.rebuilt(name):
                 value = _owned(value)
-            dumped = schema.dump(name, value, self.state.salt)
+            return value, schema.dump(name, value, self.state.salt)
         except (RecursionError, PydanticSerializationError, UnicodeError) as err:
-            dumped = self._unstorable(name, name, value, err)
-        self.seq += 1
-        self.writes.append(built(Write, (self.step, self.seq, name, "set", dumped)))
-        self.ops.append(((name,), "set", value))
-        self.overlay[name] = value
-        self.own[name] = self.seq
-        self.proxies.pop(name, None)
+            return value, self._unstorable(name, name, value, err)
 
     def delete_field(self, name: str) -> None:
         self.set_field(name, self.state.schema.default(name))
@@ -189,6 +201,9 @@ class StepRecorder:
                 value = overlay[name]
                 data[name] = value if type(value) in SCALARS else unwrap(value)
                 last[name] = (self.step, seq)
+
+
+_UNSEEN = object()
 
 
 def _owned(value: Any) -> Any:

@@ -89,6 +89,11 @@ class ScopeSchema:
         self._sub_adapters: dict[Any, TypeAdapter | None] = {}
         self._field_subs: dict[tuple[str, bool], tuple[TypeAdapter | None, bool]] = {}  # a field's own, or its element's
         self._rebuilt_fields = {name: _rebuilt(info.annotation) for name, info in model.model_fields.items()}
+        # fields declared plain int, str, float or bool (no constraints, not secret): validating a value of exactly
+        # that type returns it unchanged, so a write of one skips its validator (the recorder's hot path)
+        self.exact: dict[str, type] = {name: info.annotation for name, info in model.model_fields.items()
+                                       if info.annotation in (int, str, float, bool) and not info.metadata
+                                       and name not in self.secret}
         self._plain_construct = _plainly_constructed(model)
 
     def adapter(self, name: str) -> TypeAdapter:
@@ -147,6 +152,8 @@ class ScopeSchema:
         """JSON text of a value written under field `root`; secret fields become a salted hash."""
         if root in self.secret:
             return redact(value, salt)
+        if type(value) is int:  # what to_json makes of it, for a fraction of the cost
+            return str(value)
         return pydantic_core.to_json(value, fallback=_fallback).decode()
 
     def dump_scope(self, data: dict[str, Any], salt: bytes, notes: Optional[list[str]] = None) -> str:
