@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,17 @@ def test_resume_bench_prints_its_figures() -> None:
     assert "0 live model calls" in out  # the gate's call before its pause was answered from the record
     assert "fork from step 20: load, rebuild the state" in out
     assert "then run its" in out
+
+
+@pytest.mark.slow  # two children under valgrind: ~1 min
+def test_instruction_counts_print_per_stage_figures() -> None:
+    if shutil.which("valgrind") is None:
+        out = run("bench/instructions.py", "--runs", "2", "--variants", "plain")
+        assert "valgrind not found" in out
+        return
+    out = run("bench/instructions.py", "--runs", "3", "--variants", "plain,engine", timeout=900)
+    assert "instructions per stage (10-stage pipeline, callgrind, 3 vs 15 runs differenced)" in out
+    counts = {label: int(line.split()[-2].replace(",", "")) for line in out.splitlines()
+              for label in ("plain python (dict)", "tracemem engine (no store)") if line.strip().startswith(label)}
+    assert set(counts) == {"plain python (dict)", "tracemem engine (no store)"}, out
+    assert 0 < counts["plain python (dict)"] < counts["tracemem engine (no store)"]  # recording costs something
