@@ -187,12 +187,12 @@ class ScopeSchema:
         last set whole and never changed in place since is its last write's value, not dumped again."""
         whole: dict[str, Optional[str]] = {}  # each field set whole, with its last such write's value
         partial: set[str] = set()
+        fields = self.field_set
         for w in writes:
-            root = root_of(w.path)
-            if w.verb == "set" and w.path == root:
-                whole[root] = w.value
+            if w.verb == "set" and w.path in fields:  # (a field's own name: the path of a whole write)
+                whole[w.path] = w.value
             else:
-                partial.add(root)
+                partial.add(root_of(w.path))
         if dumped and not partial:
             text = "{" + ",".join([f"{key}:{whole[k]}" for k, key in self.keys if k in whole]) + "}"
         else:
