@@ -106,15 +106,14 @@ class StepRecorder:
     # -- writes ------------------------------------------------------------
     def set_field(self, name: str, value: Any) -> None:
         schema = self.state.schema
-        if type(value) is schema.exact.get(name):  # valid as it is (`ScopeSchema.exact`)
-            try:
-                dumped = schema.dump(name, value, self.state.salt)
-            except (PydanticSerializationError, UnicodeError) as err:
-                dumped = self._unstorable(name, name, value, err)
-        elif self.proxies and value is not None and value is self.proxies.get(name):
-            return  # `scope.items += [x]`: the in-place change is already recorded (as appends)
-        else:
-            value, dumped = self._checked(name, value)
+        if type(value) is not schema.exact.get(name):  # else valid as it is (`ScopeSchema.exact`)
+            if self.proxies and value is not None and value is self.proxies.get(name):
+                return  # `scope.items += [x]`: the in-place change is already recorded (as appends)
+            value = self._validated(name, value)
+        try:
+            dumped = schema.dump(name, value, self.state.salt)
+        except (RecursionError, PydanticSerializationError, UnicodeError) as err:
+            dumped = self._unstorable(name, name, value, err)
         self.seq += 1
         self.writes.append(built(Write, (self.step, self.seq, name, "set", dumped)))
         self.ops.append(((name,), "set", value))
@@ -122,8 +121,8 @@ class StepRecorder:
         self.own[name] = self.seq
         self.proxies.pop(name, None)
 
-    def _checked(self, name: str, value: Any) -> tuple[Any, str]:
-        """A value written to field `name` as the scope keeps it (validated, its own copy), and its JSON text."""
+    def _validated(self, name: str, value: Any) -> Any:
+        """A value written to field `name` as the scope keeps it: validated, and its own copy."""
         schema = self.state.schema
         if name not in schema.field_set:
             raise ScopeWriteError(
@@ -133,17 +132,12 @@ class StepRecorder:
         try:
             validate = schema.validators.get(name) or schema.validator(name)
             value = validate(value if type(value) in SCALARS else unwrap(value))
+            return value if type(value) in SCALARS or schema.rebuilt(name) else _owned(value)
         except ValidationError as err:
             shown = "<redacted>" if name in schema.secret else value
             raise ScopeWriteError(self.stage, name, shown, short_error(err)) from None
         except RecursionError as err:
             raise refused(self.stage, name, value, err) from None
-        try:
-            if type(value) not in SCALARS and not schema.rebuilt(name):
-                value = _owned(value)
-            return value, schema.dump(name, value, self.state.salt)
-        except (RecursionError, PydanticSerializationError, UnicodeError) as err:
-            return value, self._unstorable(name, name, value, err)
 
     def delete_field(self, name: str) -> None:
         self.set_field(name, self.state.schema.default(name))
