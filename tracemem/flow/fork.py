@@ -127,8 +127,7 @@ def merge_branch(state: RunState, rec: StepRecorder) -> None:
             # copy every container the write goes through (for an append, the list itself too)
             data[root] = _copy_along(data[root], path[1:] if verb == "append" else path[1:-1])
         apply_write(data, path, verb, unwrap(value), state.schema.default)
-    for name, seq in rec.own.items():
-        state.last_write[name] = (rec.step, seq)
+    state.last_write.update(rec.own)
 
 
 def _copy_along(value: Any, rest: tuple) -> Any:

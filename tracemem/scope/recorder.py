@@ -51,7 +51,7 @@ class StepRecorder:
         self.step = step
         self.stage = stage
         self.overlay: dict[str, Any] = {}
-        self.own: dict[str, int] = {}
+        self.own: dict[str, tuple[int, int]] = {}  # field → (step, seq) of this step's last write to it
         self.seen: dict[str, Optional[tuple[int, int]]] = {}  # field → the source of its last read recorded
         self.proxies: dict[str, Any] = {}
         self.reads: list[Read] = []
@@ -69,10 +69,9 @@ class StepRecorder:
     def read(self, name: str, tracked: bool = True) -> Any:
         """A field's value as the stage sees it (`tracked=False`: the value itself, for the runner's own
         use — a map step's element), the read recorded with where the value came from."""
-        own = self.own.get(name)
-        if own is not None:
+        source: Optional[tuple[int, int]] = self.own.get(name) if self.own else None
+        if source is not None:
             value = self.overlay[name]
-            source: Optional[tuple[int, int]] = (self.step, own)
         else:
             try:
                 value = self.state.data[name]
@@ -118,8 +117,9 @@ class StepRecorder:
         self.writes.append(built(Write, (self.step, self.seq, name, "set", dumped)))
         self.ops.append(((name,), "set", value))
         self.overlay[name] = value
-        self.own[name] = self.seq
-        self.proxies.pop(name, None)
+        self.own[name] = (self.step, self.seq)
+        if self.proxies:
+            self.proxies.pop(name, None)
 
     def _validated(self, name: str, value: Any) -> Any:
         """A value written to field `name` as the scope keeps it: validated, and its own copy."""
@@ -173,7 +173,7 @@ class StepRecorder:
         self.writes.append(built(Write, (self.step, self.seq, where, verb, dumped)))
         self.ops.append((path, verb, value))
         self.overlay[root] = proxy
-        self.own[root] = self.seq
+        self.own[root] = (self.step, self.seq)
         return value
 
     def _unstorable(self, root: str, path: str, value: Any, err: BaseException) -> str:
@@ -188,13 +188,14 @@ class StepRecorder:
 
     def commit(self) -> None:
         """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""
-        if self.own:
-            data, last = self.state.data, self.state.last_write
-            overlay = self.overlay
-            for name, seq in self.own.items():
-                value = overlay[name]
-                data[name] = value if type(value) in SCALARS else unwrap(value)
-                last[name] = (self.step, seq)
+        own = self.own
+        if own:
+            data = self.state.data
+            data.update(self.overlay)
+            self.state.last_write.update(own)
+            if self.proxies:  # a container was read, so the overlay may hold tracked copies: keep plain data
+                for name in own:
+                    data[name] = unwrap(data[name])
 
 
 _UNSEEN = object()
