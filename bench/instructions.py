@@ -14,8 +14,8 @@ the store) cancels out. Counted per thread:
 - fi0: `flow.run({}, store=...)` on a file with `flush_interval=0` (journaled before
   `flow.run` returns). The child exits right after its runs, without a flush or `close()`:
   how much of the folding a final flush leaves to the flow's thread depends on how far the
-  background writer got, which is scheduling, not code (counts that include it moved by 9%
-  between two runs of the same code), and `close()`'s checkpoint is not what the timed
+  background writer got, which is scheduling, not code (counts that included it, 82.0k and
+  74.9k, differed by 9% for two versions whose engines differ by 1%), and `close()`'s checkpoint is not what the timed
   benches measure. What the writer does stays with bench/peers.py's timings.
 Only the main thread (the flow's) is counted: under valgrind threads take turns, and DuckDB's
 workers spin while they wait for a task, so their counts would measure waiting, not work (and
