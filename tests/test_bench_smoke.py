@@ -38,6 +38,7 @@ def test_overhead_prints_its_headline(overhead_out: str) -> None:
     assert "tracemem engine (no store)" in overhead_out
 
 
+@pytest.mark.slow  # bench/store.py, even this short: ~18 s (shared with the next test)
 def test_store_prints_its_headlines(store_out: str) -> None:
     assert "## µs per stage" in store_out
     assert "store, durability=run" in store_out
@@ -48,6 +49,7 @@ def test_store_prints_its_headlines(store_out: str) -> None:
     assert "## producer faster than the writer" in store_out and "## SIGKILL after" in store_out
 
 
+@pytest.mark.slow  # needs store_out (above)
 def test_run_all_parses_the_scripts_lines(overhead_out: str, store_out: str) -> None:
     """bench/RESULTS.md is built from these lines: a format change must show up here, not as a blank table."""
     assert set(run_all.parse_overhead(overhead_out)) >= {"plain", "engine"}
@@ -56,6 +58,7 @@ def test_run_all_parses_the_scripts_lines(overhead_out: str, store_out: str) -> 
     assert parsed["turns"] == 20
 
 
+@pytest.mark.slow  # thousands of runs and a prune: ~10 s
 def test_scale_prints_its_headlines_and_run_all_parses_them() -> None:
     out = run("bench/scale.py", "--turns", "30", "--heap-turns", "20,40", "--runs", "3000", "--prune-runs", "1000",
               "--reps", "1")
@@ -90,6 +93,7 @@ def test_run_all_reads_a_snapshot_table() -> None:
     assert run_all.parse_snapshot(text) == {"sizes": {10_000: 16.01, 100_000: 12.07}}
 
 
+@pytest.mark.slow  # 3,000-record stores, opened and searched: ~11 s
 def test_memory_scale_smoke_prints_its_table() -> None:
     out = run("bench/memory_scale.py", "--smoke")
     assert "first search after open, 1,000 records" in out and "first search after open, 3,000 records" in out
@@ -118,6 +122,7 @@ def test_peers_quick() -> None:
         assert row in out, row
 
 
+@pytest.mark.slow  # every floor measured, strace children: ~9 s
 def test_peers_durability_table_tracemem_only() -> None:
     """The durability section alone, tracemem only (~3 s): a section per guarantee, syncs counted, goals printed."""
     out = run("bench/peers.py", "--section", "durability", "--quick", "--peers", "tracemem")
@@ -186,6 +191,7 @@ def test_postgres_bench_prints_its_figures_side_by_side() -> None:
     assert out.count("postgres") >= 4 and out.count("duckdb") >= 4
 
 
+@pytest.mark.slow  # ~6 s
 def test_resume_bench_prints_its_figures() -> None:
     out = run("bench/resume.py", "--rounds", "20", "--reps", "1")
     assert "## resume and fork from a file: a paused run of 41 recorded steps" in out
