@@ -124,7 +124,7 @@ def test_peers_quick() -> None:
 
 @pytest.mark.slow  # every floor measured, strace children: ~9 s
 def test_peers_durability_table_tracemem_only() -> None:
-    """The durability section alone, tracemem only (~3 s): a section per guarantee, syncs counted, goals printed."""
+    """The durability section alone, tracemem only: a section per guarantee, syncs counted, goals printed."""
     out = run("bench/peers.py", "--section", "durability", "--quick", "--peers", "tracemem")
     for group in ("### not durable at return", "### process-crash safe at return, per run",
                   "### process-crash safe per stage", "### power-loss safe per stage",
