@@ -116,12 +116,48 @@ def test_power_loss_safe_mode_syncs_once_per_stage_and_once_at_the_end(tmp_path,
         _flow().run({}, store=store)  # warm: the journal is open and its segment allocated
         synced.clear()
         run = _flow(5).run({}, store=store)
-        assert len(synced) == 6, synced  # five stages and the end; the start rides with the first stage
+        assert len(synced) == 5, synced  # five stages; the start rides with the first, the last with the end
         synced.clear()
         _flow(5).run({}, store=store, durability="run")
         assert len(synced) == 1  # durability "run": the whole run, once
     with Store(str(tmp_path / "p.duckdb")) as store:
         assert store.run(run.run_id).state_at().n == 5
+
+
+def test_power_loss_safe_mode_syncs_each_stage_before_the_next_one_runs(tmp_path, monkeypatch):
+    """The deferred sync still keeps the promise: no stage runs before the stage it follows is on disk, through
+    a subflow's runs (which share the parent's sink) and while the run streams (whose feed hears of each step
+    starting too), and the run's end covers its last stage."""
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    seen: list[tuple[str, int]] = []  # (stage, fdatasyncs so far) as each stage starts
+
+    def stage(name: str):
+        def fn(s: N) -> None:
+            seen.append((name, len(synced)))
+            s.n += 1
+        return fn
+
+    child = Pipeline("child", N).then(stage("c1"), id="c1").then(stage("c2"), id="c2").build()
+    parent = (Pipeline("parent", N).then(stage("p1"), id="p1")
+              .subflow(child, inputs={"n": "n"}, outputs={"n": "n"}, id="sub")
+              .then(stage("p2"), id="p2").build())
+    with Store(str(tmp_path / "d.duckdb"), durability="stage", fsync=True, flush_interval=60) as store:
+        _flow().run({}, store=store)  # warm: the journal is open and its segment allocated
+        synced.clear()
+        run = parent.run({}, store=store)
+        # p1 synced as the subflow step began; c1 as c2 began; c2 with the child's end; the subflow step as p2
+        # began; p2 with the run's end (synced as each was appended, it took 7: the two ends on their own)
+        assert seen == [("p1", 0), ("c1", 1), ("c2", 2), ("p2", 4)], seen
+        assert len(synced) == 5, synced
+        seen.clear()
+        synced.clear()
+        events = [e.kind for e in parent.stream({}, store=store)]
+        assert seen == [("p1", 0), ("c1", 1), ("c2", 2), ("p2", 4)], seen
+        assert events.count("step_started") == 5, events  # p1, the subflow step, c1, c2, p2
+    with Store(str(tmp_path / "d.duckdb")) as store:
+        assert store.run(run.run_id).state_at().n == 4
 
 
 def test_without_fsync_no_journal_append_syncs(tmp_path, monkeypatch):

@@ -174,9 +174,10 @@ class EventFeed:
             self.emit(ToolCallEvent(run_id, step, call.id, call.name, call.arguments, "requested"))
 
     # -- the Sink protocol ------------------------------------------------------------
-    def begin_run(self, run: "Run") -> None:
+    def begin_run(self, run: "Run") -> Callable[..., None]:
         if run.parent_run_id is None:  # a subflow's run shows as its parent's subflow step
             self.emit(RunStarted(run.run_id, run.pipeline))
+        return self.step_started
 
     def step_done(self, run: "Run", step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:

@@ -7,8 +7,10 @@ the run `paused` → otherwise commit its writes and hand the finished step to t
 sinks. The node kinds differ only in what they do around that path: a decider
 picks the next instruction, a loop counts its rounds, a fork or a map runs several
 steps at once (flow/parallel.py), a subflow runs a child program inside its step.
-While a run streams (`flow.stream`), each step's start goes to its event feed and
-the run stops before its next step once its reader leaves (flow/streaming.py).
+As each step begins, the sinks that asked for it in `begin_run` hear of it first: while
+a run streams (`flow.stream`), its event feed (the run stops before its next step once
+its reader leaves, flow/streaming.py); with a store's `fsync=True` under durability
+"stage", the store, which makes the stage before it power-loss safe (store/store_sink.py).
 
 A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a
 recorded run (scope, step numbers, iteration counts, loops, the instruction to
@@ -43,11 +45,19 @@ from .parallel import PARALLEL_HANDLERS, ParallelSteps
 from .subflow import SUBFLOW_HANDLERS, SubflowSteps
 from .program import Instruction, Program
 from .steps import Abort, Begun, LoopState, Paused
-from .sinks import Sink
+from .sinks import Sink, StepStarting
 from .spec import LoopNode, StageSpec
 from .timeout import call_with_timeout, detached
 
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
+
+
+def _each(hooks: list[StepStarting]) -> StepStarting:
+    """One `StepStarting` calling each of `hooks` in the sinks' order."""
+    def starting(run: Run, step: int, spec: StageSpec, kind: StepKind, iteration: int) -> None:
+        for hook in hooks:
+            hook(run, step, spec, kind, iteration)
+    return starting
 
 
 class Execution(ParallelSteps, SubflowSteps):
@@ -80,13 +90,18 @@ class Execution(ParallelSteps, SubflowSteps):
         self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
         self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
         self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
+        self.starting: Optional[StepStarting] = None  # what the sinks asked to call as each step begins
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
         run = self.run if self.restored else self._start()
+        hooks: list[StepStarting] = []
         for sink in self.sinks:
-            sink.begin_run(run)
+            hook = sink.begin_run(run)
+            if hook is not None:
+                hooks.append(hook)
+        self.starting = (hooks[0] if len(hooks) == 1 else _each(hooks)) if hooks else None
         cause: Optional[BaseException] = None
         try:
             if self.prelude is not None:
@@ -174,8 +189,8 @@ class Execution(ParallelSteps, SubflowSteps):
         counts, sid = self.counts, spec.id
         iteration = counts.get(sid, 0)
         counts[sid] = iteration + 1
-        if self.events is not None:
-            self.events.step_started(self.run, step, spec, kind, iteration)
+        if self.starting is not None:
+            self.starting(self.run, step, spec, kind, iteration)
         begun = Begun(spec, StepRecorder(self.state, step, sid), kind, iteration,
                       self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters

@@ -3,22 +3,29 @@
 `Flow.run` gives the runner a list of sinks: the process-wide ones (what
 `tracemem.otel.enable()` adds), the store's, and a per-run OpenTelemetry export.
 The runner calls each as the run begins, after every finished step, and at its end.
+A sink that must act before each later step of the run begins (the event feed says the
+step started; a store with `fsync=True` syncs the stage before it, flow/runner.py) returns
+what to call from `begin_run`; the others return None, and cost the hot path nothing.
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 
-__all__ = ["Sink", "DefaultSinks", "default_sinks"]
+__all__ = ["Sink", "StepStarting", "DefaultSinks", "default_sinks"]
+
+StepStarting = Callable[[Run, int, Any, str, int], None]
+"""Called as a step begins, before its stage runs: (run, step number, its StageSpec, its kind, iteration)."""
 
 
 class Sink(Protocol):
     """Receives a run as it happens (the store, OpenTelemetry export)."""
 
-    def begin_run(self, run: Run) -> None: ...
+    def begin_run(self, run: Run) -> Optional[StepStarting]:
+        """The run began; what to call as each of its later steps begins, if anything."""
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None: ...

@@ -11,7 +11,9 @@ What is appended, before the call that promises it returns:
 - durability "run" (every `flush_interval`): the whole run, as `flow.run` returns;
 - durability "stage": the runs row when a run starts, each stage as it finishes, and the
   end facts when it ends.
-With `fsync=True`, each of those appends is also fdatasync'd (power-loss safe).
+With `fsync=True` those are also fdatasync'd (power-loss safe): a whole run as it is appended;
+under durability "stage", a stage as the next step begins (before its stage runs), the last with
+the end facts, and the runs row with the first stage.
 
 Recovery (`replay`, on the next open, before any run is written) applies the records past
 the checkpoint in one transaction, skipping what the tables already hold: a run whose runs
@@ -65,10 +67,11 @@ class RunLog:
         self._append(run.run_id, self.codec.begin(run_row(run, self.lease)), sync=False)
 
     def step(self, run: Run, step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
-             rows: list[tuple[str, dict[str, Any]]]) -> bytes:
-        """A finished stage of a durability "stage" run, whose entry it returns (see `whole`)."""
+             rows: list[tuple[str, dict[str, Any]]], sync: bool = True) -> bytes:
+        """A finished stage of a durability "stage" run, whose entry it returns (see `whole`); `sync=False`:
+        its caller syncs it before the next step begins (store/store_sink.py)."""
         entry = self.codec.step(run.run_id, step, reads, writes, decision, rows)
-        self._append(run.run_id, entry)
+        self._append(run.run_id, entry, sync)
         return entry
 
     def part(self, run: Run, start: Mark) -> None:

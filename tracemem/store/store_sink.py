@@ -6,7 +6,7 @@ background writer gets to write (store/writer.py).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
@@ -21,22 +21,28 @@ __all__ = ["StoreSink"]
 
 
 class StoreSink:
-    """The runner's view of the store for one run (see `Store.sink`)."""
+    """The runner's view of the store for one run (see `Store.sink`), and of its subflows' runs."""
 
     def __init__(self, writer: Writer, durability: str) -> None:
         if durability not in ("run", "stage"):
             raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
         self.writer = writer
         self.durability = durability
+        # durability "stage" on a run journal with fsync=True: a stage's append is synced as the next step
+        # begins (`_sync_before_step`) or with the run's end, so the last stage shares the end's fdatasync
+        runlog = writer.runlog
+        self.defers_sync = durability == "stage" and runlog is not None and runlog.log.fsync
+        self.unsynced = False  # a stage was appended since the last sync (a subflow's runs share this sink)
 
-    def begin_run(self, run: Run) -> None:
+    def begin_run(self, run: Run) -> Optional[Callable[..., None]]:
+        """Start recording `run`; with a deferred sync, what the runner calls as each later step begins."""
         self.writer.check()  # a store whose file failed accepts no new runs
         if run.resumed_from is not None:  # its runs row exists (claimed by flow.resume), its record so far too
             mark = run.resumed_from
             self.writer.progress[run.run_id] = Progress(written=mark, done=mark, row=True)
             if self.durability == "stage":
                 self.writer.inflight[run.run_id] = run
-            return
+            return self._sync_before_step if self.defers_sync else None
         if self.durability == "stage":
             writer = self.writer
             if writer.runlog is not None:
@@ -49,6 +55,19 @@ class StoreSink:
                 writer.write_durably(f"starting run {run.run_id}", batch)
                 writer.progress[run.run_id] = Progress(row=True)
             writer.inflight[run.run_id] = run
+        return self._sync_before_step if self.defers_sync else None
+
+    def _sync_before_step(self, run: Run, *_: Any) -> None:
+        """A step of `run` begins: the stages appended before it become power-loss safe first (one fdatasync
+        of the journal, shared with any other thread's), so no stage starts before the one it follows is
+        on disk."""
+        if self.unsynced:
+            self.unsynced = False  # (cleared first: a stage appended meanwhile sets it again, or is synced now)
+            writer = self.writer
+            try:
+                writer.runlog.log.sync()  # type: ignore[union-attr]
+            except JournalError as err:
+                raise writer.journal_failed(run, err) from err
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
@@ -61,9 +80,11 @@ class StoreSink:
             progress = writer.progress[run.run_id]
             if writer.runlog is not None:  # (writer.logged, inlined: once per stage)
                 try:
-                    progress.entries.append(writer.runlog.step(run, step, reads, writes, decision, rows))
+                    progress.entries.append(writer.runlog.step(run, step, reads, writes, decision, rows,
+                                                               sync=not self.defers_sync))
                 except JournalError as err:
                     raise writer.journal_failed(run, err) from err
+                self.unsynced = self.defers_sync
             else:
                 writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
             progress.done = mark_of(run)
