@@ -52,16 +52,18 @@ from .timeout import call_with_timeout, detached
 _PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
 
 
-def _each(hooks: list[StepStarting]) -> StepStarting:
-    """One `StepStarting` calling each of `hooks` in the sinks' order."""
+def _both(first: StepStarting, then: StepStarting) -> StepStarting:
+    """One `StepStarting` calling `first`, then `then` (the sinks' order)."""
     def starting(run: Run, step: int, spec: StageSpec, kind: StepKind, iteration: int) -> None:
-        for hook in hooks:
-            hook(run, step, spec, kind, iteration)
+        first(run, step, spec, kind, iteration)
+        then(run, step, spec, kind, iteration)
     return starting
 
 
 class Execution(ParallelSteps, SubflowSteps):
     """The state of one run while it executes (forks and maps: `ParallelSteps`, flow/parallel.py)."""
+
+    starting: Optional[StepStarting] = None  # what the sinks asked to call as each step begins (set by `execute`)
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
                  store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
@@ -90,18 +92,17 @@ class Execution(ParallelSteps, SubflowSteps):
         self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
         self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
         self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
-        self.starting: Optional[StepStarting] = None  # what the sinks asked to call as each step begins
 
     # -- the run ------------------------------------------------------------------------
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
         run = self.run if self.restored else self._start()
-        hooks: list[StepStarting] = []
+        starting = None
         for sink in self.sinks:
             hook = sink.begin_run(run)
             if hook is not None:
-                hooks.append(hook)
-        self.starting = (hooks[0] if len(hooks) == 1 else _each(hooks)) if hooks else None
+                starting = hook if starting is None else _both(starting, hook)
+        self.starting = starting
         cause: Optional[BaseException] = None
         try:
             if self.prelude is not None:

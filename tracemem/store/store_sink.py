@@ -23,16 +23,16 @@ __all__ = ["StoreSink"]
 class StoreSink:
     """The runner's view of the store for one run (see `Store.sink`), and of its subflows' runs."""
 
+    # durability "stage" on a run journal with fsync=True (`_deferring`): a stage's append is synced as the next
+    # step begins (`_sync_before_step`) or with the run's end, so the last stage shares the end's fdatasync
+    defers_sync = False
+    unsynced = False  # a stage was appended since the last sync (a subflow's runs share their parent's sink)
+
     def __init__(self, writer: Writer, durability: str) -> None:
         if durability not in ("run", "stage"):
             raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
         self.writer = writer
         self.durability = durability
-        # durability "stage" on a run journal with fsync=True: a stage's append is synced as the next step
-        # begins (`_sync_before_step`) or with the run's end, so the last stage shares the end's fdatasync
-        runlog = writer.runlog
-        self.defers_sync = durability == "stage" and runlog is not None and runlog.log.fsync
-        self.unsynced = False  # a stage was appended since the last sync (a subflow's runs share this sink)
 
     def begin_run(self, run: Run) -> Optional[Callable[..., None]]:
         """Start recording `run`; with a deferred sync, what the runner calls as each later step begins."""
@@ -42,7 +42,8 @@ class StoreSink:
             self.writer.progress[run.run_id] = Progress(written=mark, done=mark, row=True)
             if self.durability == "stage":
                 self.writer.inflight[run.run_id] = run
-            return self._sync_before_step if self.defers_sync else None
+                return self._deferring()
+            return None
         if self.durability == "stage":
             writer = self.writer
             if writer.runlog is not None:
@@ -55,7 +56,17 @@ class StoreSink:
                 writer.write_durably(f"starting run {run.run_id}", batch)
                 writer.progress[run.run_id] = Progress(row=True)
             writer.inflight[run.run_id] = run
-        return self._sync_before_step if self.defers_sync else None
+            return self._deferring()
+        return None
+
+    def _deferring(self) -> Optional[Callable[..., None]]:
+        """A durability "stage" run begins: on a run journal with fsync=True, its stages' syncs are deferred
+        to the next step's start, which calls what this returns."""
+        runlog = self.writer.runlog
+        if runlog is None or not runlog.log.fsync:
+            return None
+        self.defers_sync = True
+        return self._sync_before_step
 
     def _sync_before_step(self, run: Run, *_: Any) -> None:
         """A step of `run` begins: the stages appended before it become power-loss safe first (one fdatasync
