@@ -299,3 +299,31 @@ def test_a_value_that_contains_itself_names_the_field():
     with pytest.raises(RunFailed) as info:
         Pipeline("loop", Anything).then(loop).build().run({})
     assert isinstance(info.value.__cause__, ScopeWriteError) and info.value.__cause__.path == "data"
+
+
+@pytest.mark.parametrize("durability", [None, "run", "stage"])
+def test_a_row_for_a_table_the_store_does_not_have_fails_its_stage_where_it_is_emitted(tmp_path, durability):
+    """Refused by `ctx.emit` itself (with or without a store): the stage fails naming the table, the run is
+    recorded failed with what came before it, and nothing of the unknown table is written."""
+    class S(BaseModel):
+        n: int = 0
+
+    def first(s: S) -> None:
+        s.n = 1
+
+    def typo(s: S, ctx) -> None:
+        ctx.emit("model_call", model="m")  # (the table is model_calls)
+        s.n = 2
+
+    flow = Pipeline("typo", S).then(first).then(typo).build()
+    if durability is None:
+        with pytest.raises(RunFailed, match="stage 'typo' emitted a row for unknown table 'model_call'; known: "):
+            flow.run({})
+        return
+    with Store(str(tmp_path / "t.duckdb"), durability=durability) as store:
+        run = flow.run({}, store=store, raise_on_error=False)
+        assert run.status == "failed" and "unknown table 'model_call'" in run.error
+        loaded = store.run(run.run_id)
+        assert loaded.status == "failed" and [s.status for s in loaded.steps] == ["ok", "failed"]
+        assert loaded.state_at().n == 1
+        assert store.sql("SELECT count(*) FROM model_calls").fetchall() == [(0,)]

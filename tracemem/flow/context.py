@@ -22,6 +22,7 @@ from ..scope.tracked import unwrap
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
 from ..masking import credentials
+from ..store.batch import EXTRA_TABLES
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -120,7 +121,11 @@ class StageContext:
                                          "start_ns": start_ns, "end_ns": end_ns}))
 
     def emit(self, table: str, **row: Any) -> dict[str, Any]:
-        """Record an extra row (e.g. `model_calls`, `prompt_sections`) tied to this step."""
+        """Record an extra row (e.g. `model_calls`, `prompt_sections`) tied to this step; a table the store does
+        not have is refused here, where the stage names it."""
+        if table not in EXTRA_TABLES and not table.startswith("_"):  # ("_": telemetry rows, never stored)
+            raise TracememError(f"stage '{self.stage}' emitted a row for unknown table '{table}'; "
+                                f"known: {', '.join(sorted(EXTRA_TABLES))}")
         row = {"run_id": self.run_id, "step": self.step, **row}
         self._rec.rows.append((table, row))
         return row

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from types import MappingProxyType
-from typing import Any, Awaitable, Callable, Mapping, Optional, Union
+from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
 from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
@@ -63,7 +63,9 @@ def _both(first: StepStarting, then: StepStarting) -> StepStarting:
 class Execution(ParallelSteps, SubflowSteps):
     """The state of one run while it executes (forks and maps: `ParallelSteps`, flow/parallel.py)."""
 
-    starting: Optional[StepStarting] = None  # what the sinks asked to call as each step begins (set by `execute`)
+    # set by `execute` as the run begins: what the sinks asked to call as each step begins, and their `step_done`s
+    starting: Optional[StepStarting] = None
+    told: Sequence[Callable[..., None]] = ()
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
                  store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
@@ -97,12 +99,15 @@ class Execution(ParallelSteps, SubflowSteps):
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
         run = self.run if self.restored else self._start()
-        starting = None
+        starting, told = None, []
         for sink in self.sinks:
             hook = sink.begin_run(run)
             if hook is not None:
                 starting = hook if starting is None else _both(starting, hook)
-        self.starting = starting
+            done = getattr(sink, "step_done", None)
+            if done is not None:  # (a sink without one is told of the run's start and end only)
+                told.append(done)
+        self.starting, self.told = starting, told
         cause: Optional[BaseException] = None
         try:
             if self.prelude is not None:
@@ -277,8 +282,8 @@ class Execution(ParallelSteps, SubflowSteps):
         if rows:
             for table, row in rows:
                 run.rows.setdefault(table, []).append(row)
-        for sink in self.sinks:
-            sink.step_done(run, step, reads, writes, decision, rows)
+        for step_done in self.told:
+            step_done(run, step, reads, writes, decision, rows)
 
     # -- what each kind does around it ------------------------------------------------------
     async def _do_jump(self, ins: Instruction, pc: int) -> int:

@@ -5,7 +5,8 @@
 The runner calls each as the run begins, after every finished step, and at its end.
 A sink that must act before each later step of the run begins (the event feed says the
 step started; a store with `fsync=True` syncs the stage before it, flow/runner.py) returns
-what to call from `begin_run`; the others return None, and cost the hot path nothing.
+what to call from `begin_run`; the others return None, and cost the hot path nothing. A
+sink without `step_done` (the store under durability "run") is not called per step.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class Sink(Protocol):
         """The run began; what to call as each of its later steps begins, if anything."""
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
-                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None: ...
+                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
+        """A step finished (optional: see the module docstring)."""
 
     def end_run(self, run: Run) -> None: ...
 

@@ -53,7 +53,7 @@ from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
 from .tables import INDEX_FROM, index
 from .threads import ThreadStates, broken_thread, handout, replayed
-from .store_sink import StoreSink
+from .store_sink import StoreSink, sink_for
 from .writer import Writer
 
 
@@ -167,7 +167,7 @@ class Store:
     def sink(self, durability: Optional[str] = None) -> StoreSink:
         """What the runner records a run through (`flow.run(..., store=store)`)."""
         self._writable("record runs")
-        return StoreSink(self.writer, durability or self.durability)
+        return sink_for(self.writer, durability or self.durability)
 
     def flush(self) -> None:
         """Write every queued run now (queries call this first, so they see every finished run,

@@ -2,7 +2,8 @@
 
 Why its own module: it is the one place that decides, per durability mode and backend, how a run is made
 durable before `flow.run` returns (a journal append, a journal row, or nothing until the batch) and what the
-background writer gets to write (store/writer.py).
+background writer gets to write (store/writer.py). A durability "run" sink has no `step_done`, so the runner
+calls it only as the run begins and ends (flow/sinks.py); `StageSink` adds what each finished stage does.
 """
 from __future__ import annotations
 
@@ -12,40 +13,80 @@ from ..errors import TracememError
 from ..record import Decision, Read, Step, Write
 from ..run import Run
 from .backlog import cost_of, queued
-from .batch import EXTRA_TABLES, Batch, Progress, mark_of, run_row
+from .batch import Batch, Progress, mark_of, run_row
 from .journal import end_entry, part_entry, run_entry, step_entry
 from .segment_log import JournalError
 from .writer import Writer
 
-__all__ = ["StoreSink"]
+__all__ = ["StoreSink", "StageSink", "sink_for"]
+
+
+def sink_for(writer: Writer, durability: str) -> "StoreSink":
+    """The sink recording one `flow.run` (and its subflows' runs) with this durability."""
+    if durability == "stage":
+        return StageSink(writer, durability)
+    if durability != "run":
+        raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
+    return StoreSink(writer, durability)
 
 
 class StoreSink:
-    """The runner's view of the store for one run (see `Store.sink`), and of its subflows' runs."""
-
-    # durability "stage" on a run journal with fsync=True (`_deferring`): a stage's append is synced as the next
-    # step begins (`_sync_before_step`) or with the run's end, so the last stage shares the end's fdatasync
-    defers_sync = False
-    unsynced = False  # a stage was appended since the last sync (a subflow's runs share their parent's sink)
+    """The runner's view of the store for one durability "run" run (see `Store.sink`), and of its subflows' runs."""
 
     def __init__(self, writer: Writer, durability: str) -> None:
-        if durability not in ("run", "stage"):
-            raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
         self.writer = writer
         self.durability = durability
 
     def begin_run(self, run: Run) -> Optional[Callable[..., None]]:
-        """Start recording `run`; with a deferred sync, what the runner calls as each later step begins."""
+        """Start recording `run`; what the runner calls as each later step begins, if anything (`StageSink`)."""
         self.writer.check()  # a store whose file failed accepts no new runs
         if run.resumed_from is not None:  # its runs row exists (claimed by flow.resume), its record so far too
             mark = run.resumed_from
             self.writer.progress[run.run_id] = Progress(written=mark, done=mark, row=True)
-            if self.durability == "stage":
-                self.writer.inflight[run.run_id] = run
-                return self._deferring()
-            return None
-        if self.durability == "stage":
-            writer = self.writer
+        return None
+
+    def end_run(self, run: Run) -> None:
+        writer = self.writer
+        runlog = writer.runlog
+        resumed = run.resumed_from is not None
+        entries: list[bytes] = []  # run journal entries holding all its records: the writer folds them in as they are
+        if runlog is not None and not resumed:  # every run is on disk before flow.run returns
+            entries = [writer.logged(run, runlog.whole)]
+        elif runlog is not None:  # a resumed run: on disk before flow.resume returns
+            writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
+            writer.logged(run, runlog.end)
+        elif writer.flush_interval <= 0 and resumed:  # on disk before flow.resume returns
+            progress = writer.progress[run.run_id]
+            start = progress.written or run.resumed_from
+            first = run.steps[start[0]].step if len(run.steps) > start[0] else 0
+            writer.journal(run.run_id, first, "step", part_entry(run, start))
+            writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
+            progress.journal = "stage"
+        elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
+            writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
+            writer.progress[run.run_id] = Progress(journal="run")
+        self._queue(run, entries)
+
+    def _queue(self, run: Run, entries: list[bytes]) -> None:
+        """Hand the ended run to the background writer."""
+        kept = run if run.resumed_from is not None else queued(run, entries)  # the writer's copy (backlog.queued)
+        self.writer.on_end(kept)
+        self.writer.enqueue(kept, cost_of(run))
+
+
+class StageSink(StoreSink):
+    """Durability "stage": each finished stage is journaled before the next begins (`step_done`).
+
+    On a run journal with fsync=True (`_deferring`), a stage's append is synced as the next step begins
+    (`_sync_before_step`) or with the run's end, so the last stage shares the end's fdatasync."""
+
+    defers_sync = False
+    unsynced = False  # a stage was appended since the last sync (a subflow's runs share their parent's sink)
+
+    def begin_run(self, run: Run) -> Optional[Callable[..., None]]:
+        super().begin_run(run)
+        writer = self.writer
+        if run.resumed_from is None:
             if writer.runlog is not None:
                 writer.logged(run, writer.runlog.begin)
                 writer.progress[run.run_id] = Progress()
@@ -55,13 +96,12 @@ class StoreSink:
                 batch.runs[run.run_id] = run
                 writer.write_durably(f"starting run {run.run_id}", batch)
                 writer.progress[run.run_id] = Progress(row=True)
-            writer.inflight[run.run_id] = run
-            return self._deferring()
-        return None
+        writer.inflight[run.run_id] = run
+        return self._deferring()
 
     def _deferring(self) -> Optional[Callable[..., None]]:
-        """A durability "stage" run begins: on a run journal with fsync=True, its stages' syncs are deferred
-        to the next step's start, which calls what this returns."""
+        """On a run journal with fsync=True, the stages' syncs are deferred to the next step's start, which
+        calls what this returns."""
         runlog = self.writer.runlog
         if runlog is None or not runlog.log.fsync:
             return None
@@ -82,53 +122,29 @@ class StoreSink:
 
     def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
-        for table, _ in rows:
-            if table not in EXTRA_TABLES and not table.startswith("_"):
-                raise TracememError(f"stage '{step.stage}' emitted a row for unknown table '{table}'; "
-                                    f"known: {', '.join(sorted(EXTRA_TABLES))}")
-        if self.durability == "stage":  # one journal append; the run's rows reach their tables at its end
-            writer = self.writer
-            progress = writer.progress[run.run_id]
-            if writer.runlog is not None:  # (writer.logged, inlined: once per stage)
-                try:
-                    progress.entries.append(writer.runlog.step(run, step, reads, writes, decision, rows,
-                                                               sync=not self.defers_sync))
-                except JournalError as err:
-                    raise writer.journal_failed(run, err) from err
-                self.unsynced = self.defers_sync
-            else:
-                writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
-            progress.done = mark_of(run)
+        """One journal append (or `step_journal` row); the run's rows reach their tables at its end."""
+        writer = self.writer
+        progress = writer.progress[run.run_id]
+        if writer.runlog is not None:  # (writer.logged, inlined: once per stage)
+            try:
+                progress.entries.append(writer.runlog.step(run, step, reads, writes, decision, rows,
+                                                           sync=not self.defers_sync))
+            except JournalError as err:
+                raise writer.journal_failed(run, err) from err
+            self.unsynced = self.defers_sync
+        else:
+            writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
+        progress.done = mark_of(run)
 
     def end_run(self, run: Run) -> None:
         writer = self.writer
-        runlog = writer.runlog
-        resumed = run.resumed_from is not None
-        entries: list[bytes] = []  # run journal entries holding all its records: the writer folds them in as they are
-        if self.durability == "stage" and runlog is not None:
-            writer.logged(run, runlog.end)
-            writer.inflight.pop(run.run_id, None)
-            if not resumed:
+        entries: list[bytes] = []
+        if writer.runlog is not None:  # (syncs the stage before it, with fsync=True)
+            writer.logged(run, writer.runlog.end)
+            if run.resumed_from is None:
                 entries = writer.progress[run.run_id].entries
-        elif self.durability == "stage":
+        else:
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             writer.progress[run.run_id].journal = "stage"
-            writer.inflight.pop(run.run_id, None)
-        elif runlog is not None and not resumed:  # every run is on disk before flow.run returns
-            entries = [writer.logged(run, runlog.whole)]
-        elif runlog is not None:  # a resumed run: on disk before flow.resume returns
-            writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
-            writer.logged(run, runlog.end)
-        elif writer.flush_interval <= 0 and resumed:  # on disk before flow.resume returns
-            progress = writer.progress[run.run_id]
-            start = progress.written or run.resumed_from
-            first = run.steps[start[0]].step if len(run.steps) > start[0] else 0
-            writer.journal(run.run_id, first, "step", part_entry(run, start))
-            writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
-            progress.journal = "stage"
-        elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
-            writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
-            writer.progress[run.run_id] = Progress(journal="run")
-        kept = run if resumed else queued(run, entries)  # the writer's copy (see backlog.queued)
-        writer.on_end(kept)
-        writer.enqueue(kept, cost_of(run))
+        writer.inflight.pop(run.run_id, None)
+        self._queue(run, entries)
