@@ -633,3 +633,21 @@ def test_a_writable_file_checkpoints_less_often_than_duckdbs_default_and_a_memor
         assert store.con.execute(threshold).fetchall()[0][0] == "64.0 MiB"
     with Store(":memory:") as store:  # nothing to checkpoint: DuckDB's default stays
         assert store.con.execute(threshold).fetchall()[0][0] == "16.0 MiB"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_runs_row_names_the_process_that_ended_the_run_in_a_forked_child_too(tmp_path):
+    """The pid is read once per process (no getpid() system call per run); a forked child reads its own."""
+    class S(BaseModel):
+        n: int = 0
+
+    flow = Pipeline("pid", S).then(lambda s: setattr(s, "n", 1)).build()
+    with Store(str(tmp_path / "pid.duckdb")) as store:
+        run = flow.run({}, store=store)
+        assert store.sql("SELECT pid FROM runs WHERE run_id = ?", [run.run_id]).fetchall() == [(os.getpid(),)]
+    from tracemem.store.batch import run_row
+    child = os.fork()
+    if child == 0:  # the child: its runs rows carry its own pid
+        os._exit(0 if run_row(flow.run({}))[11] == os.getpid() else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

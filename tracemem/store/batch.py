@@ -73,6 +73,15 @@ GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] n
 JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("writes", "value"), ("decisions", "evidence"),
                           ("prompts", "messages"), ("subflows", "inputs"), ("subflows", "outputs")})
 _HOST = socket.gethostname()
+_pid = os.getpid()  # a runs row's pid, read once: os.getpid() is a system call (glibc caches it no more), one per run
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def json_text(value: Any) -> Optional[str]:
@@ -84,7 +93,7 @@ def run_row(run: Run, lease: Optional[str] = None) -> tuple:
     """The runs row (`GIVEN["runs"]` order) of a run; `lease` names the store opening that records it (crash
     recovery tells live runs by it)."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
-            run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
+            run.input_json, run.output_json, run.parent_run_id, run.parent_step, _pid, _HOST,
             run.subject, run.query, run.trace_id, run.continues, run.degraded, json_text(run.pending),
             json_text(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, json_text(run.counterfactual),
             run.thread_id, lease, list(run.notes) or None)
