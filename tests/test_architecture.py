@@ -16,6 +16,8 @@ import importlib
 import inspect
 import pathlib
 import pkgutil
+import subprocess
+import sys
 from typing import Iterator, Optional
 
 import networkx as nx
@@ -224,3 +226,11 @@ def test_all_lists_exactly_what_a_module_exports(name):
     present = {n for n in vars(module) if not n.startswith("_")}
     assert declared <= present and public <= declared, (
         f"{name}.__all__ lists {sorted(declared - present)} it does not export, and misses {sorted(public - declared)}")
+
+
+def test_importing_tracemem_loads_neither_duckdb_nor_arrow():
+    """A flow without a store starts without the store's heavy imports (~1 s): only `Store` brings them."""
+    code = "import sys, tracemem; print(sorted(m for m in ('duckdb', 'pyarrow') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -651,3 +651,9 @@ def test_a_runs_row_names_the_process_that_ended_the_run_in_a_forked_child_too(t
         os._exit(0 if run_row(flow.run({}))[11] == os.getpid() else 1)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_tables_ctx_emit_accepts_are_the_extra_tables_the_store_has_columns_for():
+    from tracemem.record import EXTRA_TABLES as accepted
+    from tracemem.store.batch import EXTRA_TABLES as stored
+    assert accepted == stored

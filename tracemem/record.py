@@ -12,6 +12,11 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence, Union
 
+EXTRA_TABLES = frozenset({"human_inputs", "memory_uses", "model_calls", "prompt_sections", "prompts", "run_embeddings",
+                          "snapshot_uses", "subflows", "tool_calls"})
+"""The tables a step's extra rows may go to (`ctx.emit`); store/batch.py gives their columns (a test keeps the two
+in step). Here, not there, so that a flow refuses an unknown table without importing the store (and Arrow)."""
+
 built = tuple.__new__
 """`built(Read, (step, seq, ...))`: a record NamedTuple from all its fields, without the class's Python-level
 `__new__` (half the cost: records are built several times per stage). Every field must be given, in order."""

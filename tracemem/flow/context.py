@@ -22,7 +22,7 @@ from ..scope.tracked import unwrap
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
 from ..masking import credentials
-from ..store.batch import EXTRA_TABLES
+from ..record import EXTRA_TABLES
 
 if TYPE_CHECKING:
     from ..run import Run

@@ -72,15 +72,18 @@ def restored(run: Run) -> Run:
     return run
 
 
+_FROM_THE_START = (0, 0, 0, 0, {})  # a Mark (batch.py) before anything was recorded; never changed
+
+
 def cost_of(run: Run) -> int:
     """The writer's work for a run: rows, plus one per 64 characters of JSON values and extra rows' text
     (of a resumed run, only what came after the resume: its record before is in the tables already)."""
-    steps, reads, writes, decisions, counts = run.resumed_from or (0, 0, 0, 0, {})
-    extra = rows_since(run, counts)
+    steps, reads, writes, decisions, counts = run.resumed_from or _FROM_THE_START
+    extra = rows_since(run, counts) if run.rows else ()  # (once per run: most runs have no extra rows)
     rows = (1 + len(run.steps) - steps + len(run.reads) - reads + len(run.writes) - writes
             + len(run.decisions) - decisions + len(extra))
     text = (len(run.input_json or "") + len(run.output_json or "")
-            + value_chars(run.writes[writes:]))
+            + value_chars(run.writes[writes:] if writes else run.writes))
     for _, row in extra:
         for value in row.values():
             if type(value) is str:
