@@ -8,7 +8,10 @@ instruction count can: `valgrind --tool=callgrind` counts what the CPU executes,
 the same code and input whatever else the machine is doing. Each variant runs the 10-stage
 pipeline of bench/overhead.py in a child under callgrind twice, with --runs and 5×--runs runs,
 and the difference is divided by the stages between them, so start-up (imports, opening
-the store) cancels out. Counted per thread:
+the store) cancels out. Each variant first runs once outside callgrind, so both counted children
+import the same compiled modules: in a fresh checkout, two children compiling them side by side
+raced to write the bytecode cache, and one of them counted the compiling (a plain-Python figure
+of -2,868 per stage, in CI). Counted per thread:
 - plain python: the same ten function calls on a dict (the baseline);
 - engine: `flow.run({})`, no store;
 - fi0: `flow.run({}, store=...)` on a file with `flush_interval=0` (journaled before
@@ -71,13 +74,19 @@ def child(variant: str, runs: int, folder: str) -> None:
     os._exit(0)  # no flush or close (see the docstring); every run is in the journal already
 
 
+ENV = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+
+def child_command(variant: str, runs: int, folder: str) -> list[str]:
+    return [sys.executable, os.path.abspath(__file__), "--child", variant, str(runs), folder]
+
+
 def counted(variant: str, runs: int, folder: str) -> int:
     """The main thread's instructions in one child under callgrind."""
     out = os.path.join(folder, f"{variant}-{runs}.cg")
-    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--fair-sched=yes", f"--callgrind-out-file={out}",
-           sys.executable, os.path.abspath(__file__), "--child", variant, str(runs), folder]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+           *child_command(variant, runs, folder)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"callgrind child {variant} {runs} exited {proc.returncode}: {proc.stderr[-2000:]}")
     with open(out + "-01") as f:  # one file per thread: -01 is the main thread
@@ -101,6 +110,8 @@ def main() -> None:
     stages = 4 * args.runs * STAGES
     folder = tempfile.mkdtemp(prefix="tracemem-instructions-", dir=os.getcwd())
     try:
+        for v in variants:  # once outside callgrind: the bytecode cache holds what the children import
+            subprocess.run(child_command(v, 1, folder), cwd=ROOT, env=ENV, capture_output=True, check=True)
         jobs = [(v, n) for v in variants for n in (args.runs, 5 * args.runs)]
         with ThreadPoolExecutor(max_workers=2) as pool:  # two children at a time: counts do not depend on it
             got = dict(zip(jobs, pool.map(lambda job: counted(job[0], job[1], folder), jobs)))
