@@ -24,18 +24,17 @@ __all__ = ["StoreSink", "StageSink", "sink_for"]
 def sink_for(writer: Writer, durability: str) -> "StoreSink":
     """The sink recording one `flow.run` (and its subflows' runs) with this durability."""
     if durability == "stage":
-        return StageSink(writer, durability)
+        return StageSink(writer)
     if durability != "run":
         raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
-    return StoreSink(writer, durability)
+    return StoreSink(writer)
 
 
 class StoreSink:
     """The runner's view of the store for one durability "run" run (see `Store.sink`), and of its subflows' runs."""
 
-    def __init__(self, writer: Writer, durability: str) -> None:
+    def __init__(self, writer: Writer) -> None:
         self.writer = writer
-        self.durability = durability
 
     def begin_run(self, run: Run) -> Optional[Callable[..., None]]:
         """Start recording `run`; what the runner calls as each later step begins, if anything (`StageSink`)."""
@@ -77,11 +76,14 @@ class StoreSink:
 class StageSink(StoreSink):
     """Durability "stage": each finished stage is journaled before the next begins (`step_done`).
 
-    On a run journal with fsync=True (`_deferring`), a stage's append is synced as the next step begins
+    On a run journal with fsync=True (`defers_sync`), a stage's append is synced as the next step begins
     (`_sync_before_step`) or with the run's end, so the last stage shares the end's fdatasync."""
 
-    defers_sync = False
-    unsynced = False  # a stage was appended since the last sync (a subflow's runs share their parent's sink)
+    def __init__(self, writer: Writer) -> None:
+        super().__init__(writer)
+        runlog = writer.runlog
+        self.defers_sync = runlog is not None and runlog.log.fsync
+        self.unsynced = False  # a stage was appended since the last sync (a subflow's runs share their parent's sink)
 
     def begin_run(self, run: Run) -> Optional[Callable[..., None]]:
         super().begin_run(run)
@@ -97,16 +99,7 @@ class StageSink(StoreSink):
                 writer.write_durably(f"starting run {run.run_id}", batch)
                 writer.progress[run.run_id] = Progress(row=True)
         writer.inflight[run.run_id] = run
-        return self._deferring()
-
-    def _deferring(self) -> Optional[Callable[..., None]]:
-        """On a run journal with fsync=True, the stages' syncs are deferred to the next step's start, which
-        calls what this returns."""
-        runlog = self.writer.runlog
-        if runlog is None or not runlog.log.fsync:
-            return None
-        self.defers_sync = True
-        return self._sync_before_step
+        return self._sync_before_step if self.defers_sync else None
 
     def _sync_before_step(self, run: Run, *_: Any) -> None:
         """A step of `run` begins: the stages appended before it become power-loss safe first (one fdatasync
