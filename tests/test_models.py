@@ -78,7 +78,7 @@ def test_429_then_success_honours_retry_after(server):
     server.respond(body=ok_body("after retry"))
     start = time.monotonic()
     reply = model(server, backoff=5.0).complete(MSGS)  # Retry-After: 0 overrides the 5 s backoff
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 3.0
     assert reply.text == "after retry"
     assert len(server.requests) == 2
 
@@ -112,13 +112,13 @@ def test_401_hint_mentions_api_key(server):
 
 
 def test_timeout(server):
-    server.respond(delay=0.5)
+    server.respond(delay=3.0)
     start = time.monotonic()
     with pytest.raises(ModelError) as info:
         model(server, timeout=0.2).complete(MSGS)
     assert info.value.kind == "timeout"
     assert "timeout=0.2" in str(info.value)
-    assert time.monotonic() - start < 0.45
+    assert time.monotonic() - start < 2.0  # gave up well before the reply (margin for a loaded machine)
     assert len(server.requests) == 1  # timeouts are not retried
 
 

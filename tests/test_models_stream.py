@@ -149,7 +149,7 @@ def test_closing_the_stream_early_closes_the_connection(server):
     assert next(stream) == TextDelta("y")
     start = time.monotonic()
     stream.close()
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 3  # the server would trickle for 10 s more
 
 
 def test_astream_and_acomplete_with_on_token(server):
