@@ -96,13 +96,22 @@ class LocalServer:
         data = os.path.join(directory, "data")
         if not os.path.exists(os.path.join(data, "PG_VERSION")):
             server._run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        options = [f"-p {server.port}", "-c listen_addresses=127.0.0.1", f"-k {directory}",
-                   f"-c max_connections={max_connections}", "-c shared_buffers=128MB"]
+        options = ["-c listen_addresses=127.0.0.1", f"-k {directory}", f"-c max_connections={max_connections}",
+                   "-c shared_buffers=128MB"]
         if not durable:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-        server._run("pg_ctl", "-D", data, "-l", os.path.join(directory, "server.log"), "-w", "-t", "60",
-                    "-o", " ".join(options), "start")
+        try:
+            server._start(data, options)
+        except ServerUnavailable as err:
+            if port is not None or "already in use" not in str(err):
+                raise
+            server = cls(directory, free_port(), binaries, user)  # another process bound the free port first
+            server._start(data, options)
         return server
+
+    def _start(self, data: str, options: list[str]) -> None:
+        self._run("pg_ctl", "-D", data, "-l", os.path.join(self.directory, "server.log"), "-w", "-t", "60",
+                  "-o", " ".join([f"-p {self.port}", *options]), "start")
 
     def url(self, database: str = "postgres") -> str:
         """A connection URL for `database` (created on first use by `ensure_database`)."""
