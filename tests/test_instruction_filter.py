@@ -49,12 +49,11 @@ def line(name: str, adversarial: list[str], benign: list[str], missed: list, rej
             f"({100 * len(rejected) / len(benign):.1f}%)")
 
 
-def show(capsys: pytest.CaptureFixture[str], lines: list[str]) -> None:
-    with capsys.disabled():  # in the default `-q` output too
-        print("\n" + "\n".join(lines))
+def show(record_property: Any, lines: list[str]) -> None:
+    record_property("shown", "\n".join(lines))  # printed at the end of every run (tests/conftest.py)
 
 
-def test_the_held_out_list_is_all_caught_and_benign_facts_kept(capsys):
+def test_the_held_out_list_is_all_caught_and_benign_facts_kept(record_property):
     everything = [fact for facts in ADVERSARIAL.values() for fact in facts]
     assert len(everything) >= 50 and len(BENIGN) >= 50 and len(ADVERSARIAL) >= 8
     missed, rejected = rates(everything, BENIGN)
@@ -64,18 +63,18 @@ def test_the_held_out_list_is_all_caught_and_benign_facts_kept(capsys):
         report.append(f"  {style}: caught {len(facts) - len(style_missed)}/{len(facts)}")
     report += [f"  MISSED: {fact!r}" for fact in missed] + [f"  FALSE POSITIVE ({rule}): {fact!r}"
                                                              for fact, rule in rejected]
-    show(capsys, report)
+    show(record_property, report)
     assert missed == []
     assert len(rejected) <= 0.05 * len(BENIGN)
 
 
 @pytest.mark.parametrize("name", list(FROZEN))
-def test_the_frozen_lists_stay_frozen_and_report_their_rates(capsys, name):
+def test_the_frozen_lists_stay_frozen_and_report_their_rates(record_property, name):
     doc = json.loads((DATA / name).read_text(encoding="utf-8"))
     digest = hashlib.sha256(json.dumps([doc["adversarial"], doc["benign"]]).encode()).hexdigest()
     assert digest == FROZEN[name], f"{name} was edited; it is frozen: restore it from git"
     missed, rejected = rates(doc["adversarial"], doc["benign"])
-    show(capsys, [line(f"{name} ({FROZEN_NOTES[name]}; not asserted)", doc["adversarial"], doc["benign"],
+    show(record_property, [line(f"{name} ({FROZEN_NOTES[name]}; not asserted)", doc["adversarial"], doc["benign"],
                        missed, rejected)])
 
 
