@@ -22,7 +22,8 @@ import pytest
 BACKENDS = ["duckdb", "postgres"]
 
 
-def _unavailable(reason: str) -> None:
+def postgres_unavailable(reason: str) -> None:
+    """Skip (or, with TRACEMEM_REQUIRE_PG=1, fail) a test that needs a PostgreSQL server, saying why."""
     if os.environ.get("TRACEMEM_REQUIRE_PG") == "1":
         pytest.fail(f"PostgreSQL is required here (TRACEMEM_REQUIRE_PG=1) but {reason}")
     pytest.skip(f"no PostgreSQL server for the postgres cases: {reason}")
@@ -36,14 +37,14 @@ def pg_server() -> Iterator[Any]:
 
         from tracemem.store.pg.local import LocalServer, ServerUnavailable
     except ImportError as err:
-        _unavailable(f"psycopg is not installed ({err}); pip install 'tracemem-agents[postgres]'")
+        postgres_unavailable(f"psycopg is not installed ({err}); pip install 'tracemem-agents[postgres]'")
     directory = tempfile.mkdtemp(prefix="tracemem-pg-", dir="/tmp")  # /tmp: reachable by `nobody` when root
     try:
         server = LocalServer.start(directory)
         server.ensure_database("tracemem_tests")
     except ServerUnavailable as err:
         shutil.rmtree(directory, ignore_errors=True)
-        _unavailable(str(err))
+        postgres_unavailable(str(err))
     yield server
     server.stop()
     shutil.rmtree(directory, ignore_errors=True)

@@ -5,7 +5,7 @@ import shutil
 import socket
 import tempfile
 
-from pg_fixtures import _unavailable
+from pg_fixtures import postgres_unavailable
 
 
 def test_a_free_port_taken_before_the_server_binds_it_is_replaced(monkeypatch) -> None:
@@ -16,7 +16,7 @@ def test_a_free_port_taken_before_the_server_binds_it_is_replaced(monkeypatch) -
 
         from tracemem.store.pg import local
     except ImportError as err:
-        _unavailable(f"psycopg is not installed ({err})")
+        postgres_unavailable(f"psycopg is not installed ({err})")
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -29,7 +29,7 @@ def test_a_free_port_taken_before_the_server_binds_it_is_replaced(monkeypatch) -
         try:
             server = local.LocalServer.start(directory)
         except local.ServerUnavailable as err:
-            _unavailable(str(err))
+            postgres_unavailable(str(err))
         try:
             assert server.port != held and picks == []
             with psycopg.connect(server.url()) as con:
