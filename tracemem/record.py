@@ -14,8 +14,9 @@ from typing import Any, Iterable, Literal, NamedTuple, Optional, Protocol, Seque
 
 EXTRA_TABLES = frozenset({"human_inputs", "memory_uses", "model_calls", "prompt_sections", "prompts", "run_embeddings",
                           "snapshot_uses", "subflows", "tool_calls"})
-"""The tables a step's extra rows may go to (`ctx.emit`); store/batch.py gives their columns (a test keeps the two
-in step). Here, not there, so that a flow refuses an unknown table without importing the store (and Arrow)."""
+"""The tables a step's extra rows may go to (`ctx.emit`); store/batch.py gives their columns (a test checks it has
+these and the five record tables, no more). Named here, not there, so that a flow refuses an unknown table without
+importing the store (and Arrow)."""
 
 built = tuple.__new__
 """`built(Read, (step, seq, ...))`: a record NamedTuple from all its fields, without the class's Python-level

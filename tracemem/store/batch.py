@@ -65,7 +65,6 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
                    ("result", S), ("error", S), ("error_kind", S), ("truncated", pa.bool_()), ("original_chars", I),
                    ("started_at", NS), ("duration_ms", F)],
 }
-EXTRA_TABLES = frozenset(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"}
 DERIVED = {t: frozenset({"duration_ms"}) for t in ("runs", "steps", "model_calls")}  # computed by `Batch.insert`,
 # never part of a row tuple (a tool call's duration_ms is measured around the tool, so it is given)
 GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED.get(t, ())]

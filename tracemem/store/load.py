@@ -18,7 +18,8 @@ from ..record import Decision, Read, Step, ThreadRun, Write
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-from .batch import COLUMNS, EXTRA_TABLES
+from ..record import EXTRA_TABLES
+from .batch import COLUMNS
 from ..fastjson import loads
 
 # the runs of a thread recorded before runs.thread_id existed (schema < 6), newest first
