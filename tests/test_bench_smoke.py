@@ -201,14 +201,14 @@ def test_resume_bench_prints_its_figures() -> None:
     assert "then run its" in out
 
 
-@pytest.mark.slow  # two children under valgrind: ~1 min
+@pytest.mark.slow  # two children under valgrind: ~20 s
 def test_instruction_counts_print_per_stage_figures() -> None:
     if shutil.which("valgrind") is None:
         out = run("bench/instructions.py", "--runs", "2", "--variants", "plain")
         assert "valgrind not found" in out
         return
-    out = run("bench/instructions.py", "--runs", "3", "--variants", "plain,engine", timeout=900)
-    assert "instructions per stage (10-stage pipeline, callgrind, 3 vs 15 runs differenced)" in out
+    out = run("bench/instructions.py", "--runs", "5", "--variants", "plain,engine", timeout=900)
+    assert "instructions per stage (10-stage pipeline, callgrind, 5 runs after 20 to warm up)" in out
     counts = {label: int(line.split()[-2].replace(",", "")) for line in out.splitlines()
               for label in ("plain python (dict)", "tracemem engine (no store)") if line.strip().startswith(label)}
     assert set(counts) == {"plain python (dict)", "tracemem engine (no store)"}, out
