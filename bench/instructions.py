@@ -136,10 +136,6 @@ def main() -> None:
         ap.error(f"--variants: unknown {', '.join(unknown) or '(none given)'}; choose from {','.join(VARIANTS)}")
     folder = tempfile.mkdtemp(prefix="tracemem-instructions-", dir=os.getcwd())
     try:
-        for v in variants:  # once outside callgrind: the bytecode cache holds what the children import
-            proc = subprocess.run(child_command(v, 1, folder), cwd=ROOT, env=ENV, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"child {v} (outside callgrind) exited {proc.returncode}: {proc.stderr[-2000:]}")
         with ThreadPoolExecutor(max_workers=2) as pool:  # two children at a time: counts do not depend on it
             got = dict(zip(variants, pool.map(lambda v: counted(v, args.runs, folder), variants)))
         rows = {v: got[v] / (args.runs * STAGES) for v in variants}
