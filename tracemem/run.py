@@ -30,6 +30,32 @@ if TYPE_CHECKING:
 class Run:
     """One pipeline run: steps, reads, writes, decisions, extra rows, and the final scope."""
 
+    # Facts most runs never change, as class defaults: a run is built once per `flow.run`, and each attribute
+    # set in `__init__` is work on that path. An assignment gives the run its own value.
+    ended_at: Optional[int] = None
+    status = "running"
+    error: Optional[str] = None
+    degraded: Optional[str] = None  # why a run that ends ok did less than it should (ctx.degrade)
+    _output: Any = None
+    output_json: Optional[str] = None  # runs.output: see ScopeSchema.dump_output
+    query: Optional[str] = None
+    trace_id: Optional[str] = None
+    continues: Optional[str] = None  # the run whose final state this run started from
+    thread_id: Optional[str] = None  # the first run of the thread it continues (None: it continues none)
+    store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
+    pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)
+    resume_at: Optional[dict[str, Any]] = None  # a paused run: the stage it continues at, and how
+    forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
+    forked_from_step: Optional[int] = None
+    span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
+    without: frozenset[str] = LEAVES_NOTHING_OUT  # sources ("kind:id") a counterfactual run leaves out
+    counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
+    resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
+    entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
+    # that hold its steps, reads and writes in their place (store/backlog.queued)
+    _previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
+    _previous_ref: Optional["weakref.ref[Run]"] = None  # ... or, recorded in the same store, not held
+
     def __init__(self, *, run_id: str, pipeline: str, pipeline_hash: str, schema: Optional[ScopeSchema],
                  input_json: str, started_at: int, subject: Optional[str] = None,
                  parent_run_id: Optional[str] = None, parent_step: Optional[int] = None) -> None:
@@ -42,38 +68,15 @@ class Run:
         self.parent_run_id = parent_run_id
         self.parent_step = parent_step
         self.started_at = started_at
-        self.ended_at: Optional[int] = None
-        self.status = "running"
-        self.error: Optional[str] = None
-        self.degraded: Optional[str] = None  # why a run that ends ok did less than it should (ctx.degrade)
-        self._output: Any = None
-        self.output_json: Optional[str] = None  # runs.output: see ScopeSchema.dump_output
         self.steps: list[Step] = []
         self.reads: list[Read] = []
         self.writes: list[Write] = []
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.children: list["Run"] = []
-        self.query: Optional[str] = None
-        self.trace_id: Optional[str] = None
-        self.continues: Optional[str] = None  # the run whose final state this run started from
-        self.thread_id: Optional[str] = None  # the first run of the thread it continues (None: it continues none)
         self.notes: list[str] = []  # what tracemem had to change, or could not store, of this run (runs.notes)
         self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
-        self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
-        self.pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)
-        self.resume_at: Optional[dict[str, Any]] = None  # a paused run: the stage it continues at, and how
-        self.forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
-        self.forked_from_step: Optional[int] = None
-        self.span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
-        self.without: frozenset[str] = LEAVES_NOTHING_OUT  # sources ("kind:id") a counterfactual run leaves out
-        self.counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
-        self.resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
         self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause
-        self.entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
-        # that hold its steps, reads and writes in their place (store/backlog.queued)
-        self._previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
-        self._previous_ref: Optional["weakref.ref[Run]"] = None  # ... or, recorded in the same store, not held
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.pipeline} {self.status} steps={len(self.steps)}>"

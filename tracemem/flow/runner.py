@@ -161,7 +161,9 @@ class Execution(ParallelSteps, SubflowSteps):
     def _end(self, run: Run) -> None:
         data, run.ended_at = self.state.data, time.time_ns()
         run.output = self.program.schema.construct(data)
-        failed, masked = {s.step for s in run.steps if s.status != "ok"}, self.secret_fields or self.state.secrets
+        # the writes of failed steps, left out: only a restored run's record can hold any (`_record` keeps none)
+        failed = {s.step for s in run.steps if s.status != "ok"} if self.restored else ()
+        masked = self.secret_fields or self.state.secrets
         run.output_json = self.program.schema.dump_output(  # (a restored run's writes are as recorded)
             data, [w for w in run.writes if w.step not in failed] if failed else run.writes, self.salt, run.notes,
             dumped=not (masked or self.state.escaped or self.restored))

@@ -188,11 +188,11 @@ class ScopeSchema:
         whole: dict[str, Optional[str]] = {}  # each field set whole, with its last such write's value
         partial: set[str] = set()
         fields = self.field_set
-        for w in writes:
-            if w.verb == "set" and w.path in fields:  # (a field's own name: the path of a whole write)
-                whole[w.path] = w.value
+        for _, _, path, verb, value in writes:  # (unpacked: a tuple's fields, not a NamedTuple's attributes)
+            if verb == "set" and path in fields:  # (a field's own name: the path of a whole write)
+                whole[path] = value
             else:
-                partial.add(root_of(w.path))
+                partial.add(root_of(path))
         if dumped and not partial:
             text = "{" + ",".join([f"{key}:{whole[k]}" for k, key in self.keys if k in whole]) + "}"
         else:
