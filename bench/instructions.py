@@ -98,15 +98,12 @@ def child(variant: str, runs: int, folder: str) -> None:
 ENV = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 
 
-def child_command(variant: str, runs: int, folder: str) -> list[str]:
-    return [sys.executable, os.path.abspath(__file__), "--child", variant, str(runs), folder]
-
-
 def counted(variant: str, runs: int, folder: str) -> int:
     """The main thread's instructions over the runs of one child under callgrind."""
     out = os.path.join(folder, f"{variant}.cg")
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--fair-sched=yes", f"--callgrind-out-file={out}",
-           "--dump-before=getppid", "--dump-before=getpgrp", *child_command(variant, runs, folder)]
+           "--dump-before=getppid", "--dump-before=getpgrp",
+           sys.executable, os.path.abspath(__file__), "--child", variant, str(runs), folder]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"callgrind child {variant} exited {proc.returncode}: {proc.stderr[-2000:]}")

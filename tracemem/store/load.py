@@ -14,11 +14,10 @@ from typing import Any, Iterable, Optional
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError
-from ..record import Decision, Read, Step, ThreadRun, Write
+from ..record import EXTRA_TABLES, Decision, Read, Step, ThreadRun, Write
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-from ..record import EXTRA_TABLES
 from .batch import COLUMNS
 from ..fastjson import loads
 
