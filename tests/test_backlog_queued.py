@@ -37,13 +37,13 @@ def test_the_copy_holds_plain_tuples_that_the_collector_stops_tracking():
     run = _flow().run({"x": 1})
     kept = queued(run)
     assert kept.run_id == run.run_id and kept.notes is run.notes and kept.rows is run.rows
-    assert [type(r) for r in kept.steps + kept.reads + kept.writes] == [tuple] * (
-        len(run.steps) + len(run.reads) + len(run.writes))
-    assert kept.steps == tuple(tuple(s) for s in run.steps) and kept.writes == tuple(tuple(w) for w in run.writes)
+    records = (kept.steps, kept.raw_reads, kept.raw_writes)  # (what the writer reads: `reads` would name them)
+    assert [type(r) for r in sum(records, ())] == [tuple] * (len(run.steps) + len(run.reads) + len(run.writes))
+    assert kept.steps == tuple(tuple(s) for s in run.steps) and kept.raw_writes == tuple(tuple(w) for w in run.writes)
     gc.collect()
     gc.collect()  # a tuple is untracked once a collection finds its items untracked: the outer ones next time
-    containers = [kept.steps, kept.reads, kept.writes, kept.decisions, kept.children, kept.links]
-    assert not any(gc.is_tracked(r) for r in [*containers, *kept.steps, *kept.reads, *kept.writes])
+    containers = [*records, kept.decisions, kept.children, kept.links]
+    assert not any(gc.is_tracked(r) for r in [*containers, *sum(records, ())])
     assert all(gc.is_tracked(s) for s in run.steps)  # NamedTuples: tracked for as long as they live
     assert isinstance(run.steps[0], Step) and isinstance(run.reads[0], Read) and isinstance(run.writes[0], Write)
 

@@ -132,7 +132,7 @@ def mask_step(masker: Masker, step: Step, writes: list[Write], rows: list[tuple[
     if not masker:
         return step, writes, rows, decision
     step = step._replace(error=masker.text(step.error), logs=masker.value(step.logs))
-    writes = [w._replace(value=masker.text(w.value)) for w in writes]
+    writes = [(*w[:4], masker.text(w[4])) for w in writes]  # (plain field tuples: record.named)
     rows = [(table, masker.value(row)) for table, row in rows]
     if decision is not None:
         decision = decision._replace(evidence=masker.value(decision.evidence))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar, Union, overload
 
 from .errors import RunNotFoundError, TracememError
-from .record import Decision, Read, ResumePoint, RunLoader, Step, ThreadRun, Write
+from .record import Decision, Read, ResumePoint, RunLoader, Step, ThreadRun, Write, named
 from .scope.paths import parse_path, root_of
 from .scope.diff import Change, diff_values
 from .scope.replay import replay_thread
@@ -25,6 +25,41 @@ garbage collector tracks)."""
 
 if TYPE_CHECKING:
     from .trace.trace import Trace
+
+R = TypeVar("R", Read, Write)
+
+
+class Records(Generic[R]):
+    """`Run.reads`, `Run.writes`: the run's records as `kind` NamedTuples, though the runner appends plain field
+    tuples (to `raw_reads`, `raw_writes`: record.named says why). Reading the attribute names those appended
+    since it was last read, in place; setting it sets the raw list."""
+
+    def __init__(self, kind: type[R]) -> None:
+        self.kind = kind
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.raw, self.done = f"raw_{name}", f"named_{name}"
+
+    @overload
+    def __get__(self, run: None, owner: type) -> "Records[R]": ...
+
+    @overload
+    def __get__(self, run: "Run", owner: type) -> list[R]: ...
+
+    def __get__(self, run: Optional["Run"], owner: type) -> Union["Records[R]", list[R]]:
+        if run is None:
+            return self
+        raw = getattr(run, self.raw)
+        end = len(raw)
+        if getattr(run, self.done) != end:
+            raw = named(raw, self.kind, getattr(run, self.done), end)
+            setattr(run, self.raw, raw)
+            setattr(run, self.done, end)
+        return raw
+
+    def __set__(self, run: "Run", value: Union[list[Any], tuple[Any, ...]]) -> None:
+        setattr(run, self.raw, value)
+        setattr(run, self.done, 0)
 
 
 class Run:
@@ -53,6 +88,9 @@ class Run:
     resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
     entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
     # that hold its steps, reads and writes in their place (store/backlog.queued)
+    named_reads = named_writes = 0  # how many of `raw_reads`, `raw_writes` are `Read`s, `Write`s already
+    reads = Records(Read)
+    writes = Records(Write)
     _previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
     _previous_ref: Optional["weakref.ref[Run]"] = None  # ... or, recorded in the same store, not held
 
@@ -69,8 +107,9 @@ class Run:
         self.parent_step = parent_step
         self.started_at = started_at
         self.steps: list[Step] = []
-        self.reads: list[Read] = []
-        self.writes: list[Write] = []
+        # its reads and writes as the runner records them: plain field tuples (`reads`, `writes` name them)
+        self.raw_reads: list[Any] = []  # (the store writer's copy of a run holds tuples: store/backlog.queued)
+        self.raw_writes: list[Any] = []
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.children: list["Run"] = []

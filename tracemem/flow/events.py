@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, Union
 
-from ..record import Decision, Read, Step, StepKind, Write
+from ..record import Decision, Read, Step, StepKind, Write, built
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -187,7 +187,7 @@ class EventFeed:
                                         _arguments(row.get("arguments")), "finished", row.get("result"),
                                         row.get("error"), row.get("duration_ms")))
         self.emit(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
-                               step.error, tuple(writes), step.started_at, step.ended_at))
+                               step.error, tuple(built(Write, w) for w in writes), step.started_at, step.ended_at))
         if decision is not None:
             self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
 

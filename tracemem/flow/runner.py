@@ -165,7 +165,7 @@ class Execution(ParallelSteps, SubflowSteps):
         failed = {s.step for s in run.steps if s.status != "ok"} if self.restored else ()
         masked = self.secret_fields or self.state.secrets
         run.output_json = self.program.schema.dump_output(  # (a restored run's writes are as recorded)
-            data, [w for w in run.writes if w.step not in failed] if failed else run.writes, self.salt, run.notes,
+            data, [w for w in run.raw_writes if w[0] not in failed] if failed else run.raw_writes, self.salt, run.notes,
             dumped=not (masked or self.state.escaped or self.restored))
         if masked:
             run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
@@ -276,9 +276,9 @@ class Execution(ParallelSteps, SubflowSteps):
             step, writes, rows, decision = mask_step(self._masker(rec), step, writes, rows, decision)
         run.steps.append(step)
         if reads:
-            run.reads.extend(reads)
+            run.raw_reads.extend(reads)
         if writes:
-            run.writes.extend(writes)
+            run.raw_writes.extend(writes)
         if decision is not None:
             run.decisions.append(decision)
         if rows:

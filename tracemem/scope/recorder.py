@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ..errors import ScopeReadError, ScopeWriteError
-from ..record import Read, Write, built
+from ..record import ReadFields, WriteFields
 from .paths import Path, format_path
 from .schema import ScopeSchema, short_error
 from .tracked import SCALARS, track, unwrap
@@ -54,8 +54,8 @@ class StepRecorder:
         self.own: dict[str, tuple[int, int]] = {}  # field → (step, seq) of this step's last write to it
         self.seen: dict[str, Optional[tuple[int, int]]] = {}  # field → the source of its last read recorded
         self.proxies: dict[str, Any] = {}
-        self.reads: list[Read] = []
-        self.writes: list[Write] = []
+        self.reads: list[ReadFields] = []  # plain tuples, as `Run.raw_reads` keeps them (record.named)
+        self.writes: list[WriteFields] = []
         self.ops: list[tuple[Path, str, Any]] = []
         self.seq = 0
         self.capture: Optional[list[tuple[str, Any]]] = None
@@ -87,9 +87,9 @@ class StepRecorder:
             self.seen[name] = source
             self.seq += 1
             if source is None:
-                self.reads.append(built(Read, (self.step, self.seq, name, None, None)))
+                self.reads.append((self.step, self.seq, name, None, None))
             else:
-                self.reads.append(built(Read, (self.step, self.seq, name, source[0], source[1])))
+                self.reads.append((self.step, self.seq, name, source[0], source[1]))
         if self.capture is not None:
             self.capture.append((name, value))
         if type(value) in SCALARS or not tracked:
@@ -114,7 +114,7 @@ class StepRecorder:
         except (RecursionError, PydanticSerializationError, UnicodeError) as err:
             dumped = self._unstorable(name, name, value, err)
         self.seq += 1
-        self.writes.append(built(Write, (self.step, self.seq, name, "set", dumped)))
+        self.writes.append((self.step, self.seq, name, "set", dumped))
         self.ops.append(((name,), "set", value))
         self.overlay[name] = value
         self.own[name] = (self.step, self.seq)
@@ -170,7 +170,7 @@ class StepRecorder:
                 f"read scope.{root} again after assigning it",
             )
         self.seq += 1
-        self.writes.append(built(Write, (self.step, self.seq, where, verb, dumped)))
+        self.writes.append((self.step, self.seq, where, verb, dumped))
         self.ops.append((path, verb, value))
         self.overlay[root] = proxy
         self.own[root] = (self.step, self.seq)

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError
-from ..record import EXTRA_TABLES, Decision, Read, Step, ThreadRun, Write
+from ..record import EXTRA_TABLES, Decision, ReadFields, Step, ThreadRun, Write, WriteFields
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
@@ -237,8 +237,8 @@ class Record:
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
-        self.reads: list[Read] = []
-        self.writes: list[Write] = []
+        self.reads: list[ReadFields] = []  # plain tuples, named when the run's `reads` are read (record.named)
+        self.writes: list[WriteFields] = []
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
 
@@ -247,9 +247,9 @@ class Record:
         if table == "steps":
             self.steps = [Step(*row[:11], tuple(row[11] or ())) for row in rows]
         elif table == "reads":
-            self.reads = [Read(*row[:5]) for row in rows]
+            self.reads = [row[:5] for row in rows]
         elif table == "writes":
-            self.writes = [Write(*row[:5]) for row in rows]
+            self.writes = [row[:5] for row in rows]
         elif table == "decisions":
             self.decisions = [Decision(row[0], row[1], loads(row[2]) if row[2] else None) for row in rows]
         else:

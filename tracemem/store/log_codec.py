@@ -152,9 +152,9 @@ class LogCodec:
                writes: Sequence[Write] = (), run: Optional[Sequence[Any]] = None,
                end: Optional[dict[str, Any]] = None, free: Optional[bytes] = None) -> bytes:
         try:
-            # plain tuples (a C-level map): orjson would call back into Python for every namedtuple
-            head = self._dumps((VERSION, kind, run_id, list(map(_plain, steps)), list(map(_plain, reads)),
-                                list(map(_plain, writes)), run, end))
+            # steps as plain tuples (a C-level map): orjson would call back into Python for every namedtuple;
+            # reads and writes are plain tuples already, as the runner records them (record.named)
+            head = self._dumps((VERSION, kind, run_id, list(map(_plain, steps)), reads, writes, run, end))
         except (TypeError, ValueError) as e:
             raise CodecError(f"cannot journal the {kind} entry of run {run_id}: {e}; steps, reads, writes, "
                              f"the runs row and end facts hold only ints, floats, strings and None") from e
