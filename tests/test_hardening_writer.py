@@ -293,7 +293,9 @@ def test_the_background_writer_goes_on_with_the_runs_queued_while_it_wrote_inste
             flow.run({}, store=store)
         while sum(written) < 6 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert written == [4, 2]  # written next, not 600 s later
+        # written next, within the 20 s deadline, not 600 s later (how the first four split into batches is
+        # scheduling: the writer is woken by the first, and under load can take three of them, then the fourth)
+        assert sum(written) == 6 and len(written) <= 3, written
         assert store.sql("SELECT count(*) FROM runs").fetchall()[0][0] == 6
 
 

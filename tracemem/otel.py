@@ -43,7 +43,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from .flow.sinks import default_sinks
 from .genai import attribute_value, input_messages, output_messages, tool_call_attributes
-from .record import Decision, Read, Step, Write
+from .record import Decision, ReadFields, Step, StepFields, WriteFields, built
 from .run import Run
 
 __all__ = ["OTelSink", "enable", "disable", "CONTENT_ATTRIBUTES"]
@@ -174,12 +174,13 @@ class OTelSink:
                 state.dropped = True
         self._runs[run.run_id] = state
 
-    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
+    def step_done(self, run: Run, fields: StepFields, reads: list[ReadFields], writes: list[WriteFields],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
         """Build the step's span (and its model-call and telemetry child spans) from the recorded timing."""
         state = self._runs.get(run.run_id)
         if state is None or state.dropped:
             return
+        step = built(Step, fields)
         if state.pending is not None:
             state.pending.append((step, decision, rows))
             return

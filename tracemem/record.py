@@ -25,9 +25,10 @@ built = tuple.__new__
 
 def named(records: Union[list[Any], tuple[Any, ...]], kind: type, start: int, end: int) -> list[Any]:
     """`records` as a list whose items `start:end` are `kind` NamedTuples: plain field tuples there are named in
-    place (a tuple of records becomes a list first). Why: the runner records reads and writes as plain tuples
-    and names them only when someone asks (`Run.reads`): building a NamedTuple and freeing it costs ~1,700
-    instructions against ~360 for a tuple, and most recorded runs are only ever written to the store."""
+    place (a tuple of records becomes a list first). Why: the runner records steps, reads and writes as plain
+    tuples and names them only when someone asks (`Run.reads`): building a NamedTuple and freeing it costs
+    ~1,700 instructions against ~360 for a tuple, four times a stage, and most recorded runs are only ever
+    written to the store, which takes plain tuples."""
     if type(records) is not list:
         records = list(records)
     records[start:end] = [r if type(r) is kind else built(kind, r) for r in records[start:end]]
@@ -69,6 +70,8 @@ def value_chars(writes: Iterable[Sequence[Any]]) -> int:
     return sum(map(len, filter(None, map(_VALUE, writes))))
 
 
+StepFields = tuple[int, str, str, str, int, str, Optional[str], int, int, Optional[int], Optional[str], tuple[str, ...]]
+"""A `Step`'s fields as a plain tuple, as the runner records it (`named` says why)."""
 ReadFields = tuple[int, int, str, Optional[int], Optional[int]]
 """A `Read`'s fields as a plain tuple, as the runner records it (`named` says why)."""
 WriteFields = tuple[int, int, str, str, Optional[str]]

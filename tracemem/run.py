@@ -26,12 +26,12 @@ garbage collector tracks)."""
 if TYPE_CHECKING:
     from .trace.trace import Trace
 
-R = TypeVar("R", Read, Write)
+R = TypeVar("R", Step, Read, Write)
 
 
 class Records(Generic[R]):
-    """`Run.reads`, `Run.writes`: the run's records as `kind` NamedTuples, though the runner appends plain field
-    tuples (to `raw_reads`, `raw_writes`: record.named says why). Reading the attribute names those appended
+    """`Run.steps`, `Run.reads`, `Run.writes`: the run's records as `kind` NamedTuples, though the runner appends
+    plain field tuples (to `raw_steps`, `raw_reads`, `raw_writes`: record.named says why). Reading the attribute names those appended
     since it was last read, in place; setting it sets the raw list."""
 
     def __init__(self, kind: type[R]) -> None:
@@ -88,7 +88,8 @@ class Run:
     resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
     entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
     # that hold its steps, reads and writes in their place (store/backlog.queued)
-    named_reads = named_writes = 0  # how many of `raw_reads`, `raw_writes` are `Read`s, `Write`s already
+    named_steps = named_reads = named_writes = 0  # how many of `raw_steps`... are `Step`s... already
+    steps = Records(Step)
     reads = Records(Read)
     writes = Records(Write)
     _previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
@@ -106,8 +107,8 @@ class Run:
         self.parent_run_id = parent_run_id
         self.parent_step = parent_step
         self.started_at = started_at
-        self.steps: list[Step] = []
-        # its reads and writes as the runner records them: plain field tuples (`reads`, `writes` name them)
+        # its records as the runner makes them: plain field tuples (`steps`, `reads`, `writes` name them)
+        self.raw_steps: list[Any] = []
         self.raw_reads: list[Any] = []  # (the store writer's copy of a run holds tuples: store/backlog.queued)
         self.raw_writes: list[Any] = []
         self.decisions: list[Decision] = []

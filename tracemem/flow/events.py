@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, Union
 
-from ..record import Decision, Read, Step, StepKind, Write, built
+from ..record import Decision, ReadFields, Step, StepFields, StepKind, Write, WriteFields, built
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -179,8 +179,9 @@ class EventFeed:
             self.emit(RunStarted(run.run_id, run.pipeline))
         return self.step_started
 
-    def step_done(self, run: "Run", step: Step, reads: list[Read], writes: list[Write],
+    def step_done(self, run: "Run", fields: StepFields, reads: list[ReadFields], writes: list[WriteFields],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
+        step = built(Step, fields)
         for table, row in rows:
             if table == "tool_calls":
                 self.emit(ToolCallEvent(run.run_id, step.step, row["call_id"], row["name"],

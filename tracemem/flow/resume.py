@@ -108,7 +108,7 @@ def _claim(run: Run, store: Any) -> str:
 
 def _resumed(run: Run) -> None:
     """The run carries on: its record so far is in the store, its earlier spans are linked to."""
-    run.resumed_from = (len(run.steps), len(run.raw_reads), len(run.raw_writes), len(run.decisions),
+    run.resumed_from = (len(run.raw_steps), len(run.raw_reads), len(run.raw_writes), len(run.decisions),
                         {t: len(rows) for t, rows in run.rows.items()})
     if run.trace_id:
         run.links = [(run.trace_id, run.span_id or "")]

@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
 from ..ids import new_id
 from ..masking import Masker, mask_step, run_masker
-from ..record import Decision, ResumePoint, Step, StepKind, built
+from ..record import Decision, ResumePoint, StepFields, StepKind
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
@@ -267,14 +267,14 @@ class Execution(ParallelSteps, SubflowSteps):
     def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
                 ended: Optional[int]) -> None:
         run, rec, spec = self.run, begun.rec, begun.spec
-        # the one place a Step is built (every field, positionally: this is the hot path)
-        step: Step = built(Step, (rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error,
-                                  begun.started, ended or time.time_ns(), begun.routed_by, begun.child_run_id,
-                                  tuple(rec.logs) if rec.logs else ()))
+        # the one place a step is recorded: `Step`'s fields as a plain tuple (record.named: the hot path)
+        step: StepFields = (rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error, begun.started,
+                            ended or time.time_ns(), begun.routed_by, begun.child_run_id,
+                            tuple(rec.logs) if rec.logs else ())
         writes, rows, reads = rec.writes if status == "ok" else [], rec.rows, rec.reads
         if self.secret_fields or self.state.secrets:
             step, writes, rows, decision = mask_step(self._masker(rec), step, writes, rows, decision)
-        run.steps.append(step)
+        run.raw_steps.append(step)
         if reads:
             run.raw_reads.extend(reads)
         if writes:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional, Protocol
 
-from ..record import Decision, Read, Step, Write
+from ..record import Decision, ReadFields, StepFields, WriteFields
 from ..run import Run
 
 __all__ = ["Sink", "StepStarting", "DefaultSinks", "default_sinks"]
@@ -28,9 +28,10 @@ class Sink(Protocol):
     def begin_run(self, run: Run) -> Optional[StepStarting]:
         """The run began; what to call as each of its later steps begins, if anything."""
 
-    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
+    def step_done(self, run: Run, step: StepFields, reads: list[ReadFields], writes: list[WriteFields],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
-        """A step finished (optional: see the module docstring)."""
+        """A step finished (optional: see the module docstring). Its step, reads and writes come as the runner
+        records them, their fields as plain tuples (`built(Step, step)` names one: record.named says why)."""
 
     def end_run(self, run: Run) -> None: ...
 

@@ -56,7 +56,7 @@ def queued(run: Run, entries: Sequence[bytes] = ()) -> Run:
         kept.steps = kept.reads = kept.writes = ()
         kept.entries = tuple(entries)
     else:
-        kept.steps, kept.reads, kept.writes = (tuple(map(tuple, run.steps)), tuple(map(tuple, run.raw_reads)),
+        kept.steps, kept.reads, kept.writes = (tuple(map(tuple, run.raw_steps)), tuple(map(tuple, run.raw_reads)),
                                                tuple(map(tuple, run.raw_writes)))
     kept.decisions, kept.children, kept.links = tuple(run.decisions), tuple(run.children), tuple(run.links)
     kept.output = None
@@ -80,7 +80,7 @@ def cost_of(run: Run) -> int:
     (of a resumed run, only what came after the resume: its record before is in the tables already)."""
     steps, reads, writes, decisions, counts = run.resumed_from or _FROM_THE_START
     extra = rows_since(run, counts) if run.rows else ()  # (once per run: most runs have no extra rows)
-    rows = (1 + len(run.steps) - steps + len(run.raw_reads) - reads + len(run.raw_writes) - writes
+    rows = (1 + len(run.raw_steps) - steps + len(run.raw_reads) - reads + len(run.raw_writes) - writes
             + len(run.decisions) - decisions + len(extra))
     text = (len(run.input_json or "") + len(run.output_json or "")
             + value_chars(run.raw_writes[writes:] if writes else run.raw_writes))

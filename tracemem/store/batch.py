@@ -154,7 +154,7 @@ def rows_since(run: Run, counts: Optional[dict[str, int]] = None) -> list[tuple[
 def mark_of(run: Run) -> Mark:
     """How much of a run's record exists now."""
     rows = run.rows
-    return (len(run.steps), len(run.raw_reads), len(run.raw_writes), len(run.decisions),
+    return (len(run.raw_steps), len(run.raw_reads), len(run.raw_writes), len(run.decisions),
             {t: len(r) for t, r in rows.items()} if rows else {})
 
 
@@ -264,7 +264,7 @@ class Batch:
         s = start or (0, 0, 0, 0, {})
         e = end or mark_of(run)
         self.runs[run.run_id] = run
-        self.add_steps(run.run_id, run.steps[s[0]:e[0]], run.raw_reads[s[1]:e[1]], run.raw_writes[s[2]:e[2]],
+        self.add_steps(run.run_id, run.raw_steps[s[0]:e[0]], run.raw_reads[s[1]:e[1]], run.raw_writes[s[2]:e[2]],
                        run.decisions[s[3]:e[3]])
         if extra:
             for table, count in e[4].items():

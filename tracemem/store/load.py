@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError
-from ..record import EXTRA_TABLES, Decision, ReadFields, Step, ThreadRun, Write, WriteFields
+from ..record import EXTRA_TABLES, Decision, ReadFields, StepFields, ThreadRun, Write, WriteFields
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
@@ -236,7 +236,7 @@ class Record:
     """One run's rows as a load reads them, until its head row makes the `Run`."""
 
     def __init__(self) -> None:
-        self.steps: list[Step] = []
+        self.steps: list[StepFields] = []
         self.reads: list[ReadFields] = []  # plain tuples, named when the run's `reads` are read (record.named)
         self.writes: list[WriteFields] = []
         self.decisions: list[Decision] = []
@@ -245,7 +245,7 @@ class Record:
     def add(self, table: str, rows: Iterable[tuple], width: int) -> None:
         """Rows of `table` as `_fetch` gives them (its `width` columns first), in order."""
         if table == "steps":
-            self.steps = [Step(*row[:11], tuple(row[11] or ())) for row in rows]
+            self.steps = [(*row[:11], tuple(row[11] or ())) for row in rows]
         elif table == "reads":
             self.reads = [row[:5] for row in rows]
         elif table == "writes":

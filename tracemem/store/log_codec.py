@@ -25,7 +25,6 @@ corrupt or hostile bytes that pass the journal's checksum still cannot be applie
 from __future__ import annotations
 
 import json
-import operator
 from json import encoder as json_encoder
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
@@ -55,12 +54,9 @@ class Entry(NamedTuple):
     end: Optional[dict[str, Any]]  # what the runs row learns when the run ends ("end")
 
 
-_plain = operator.itemgetter(slice(None))  # a record's fields as a plain tuple: `record[:]`, half `tuple(record)`'s cost
-
-
 def _plain_tuple(value: Any) -> tuple:
-    if isinstance(value, tuple):  # a namedtuple inside a field, which orjson does not take as it is
-        return _plain(value)
+    if isinstance(value, tuple):  # a NamedTuple (a record, or inside a field), which orjson does not take as it is
+        return value[:]  # (its fields as a plain tuple)
     return _refuse(value)
 
 
@@ -152,9 +148,9 @@ class LogCodec:
                writes: Sequence[Write] = (), run: Optional[Sequence[Any]] = None,
                end: Optional[dict[str, Any]] = None, free: Optional[bytes] = None) -> bytes:
         try:
-            # steps as plain tuples (a C-level map): orjson would call back into Python for every namedtuple;
-            # reads and writes are plain tuples already, as the runner records them (record.named)
-            head = self._dumps((VERSION, kind, run_id, list(map(_plain, steps)), reads, writes, run, end))
+            # plain tuples, as the runner records them (record.named); a NamedTuple among them (a run's records
+            # named by `run.steps` before it ended) costs orjson a call back into Python (`_plain_tuple`)
+            head = self._dumps((VERSION, kind, run_id, steps, reads, writes, run, end))
         except (TypeError, ValueError) as e:
             raise CodecError(f"cannot journal the {kind} entry of run {run_id}: {e}; steps, reads, writes, "
                              f"the runs row and end facts hold only ints, floats, strings and None") from e

@@ -77,7 +77,7 @@ class RunLog:
     def part(self, run: Run, start: Mark) -> None:
         """What a resumed run added since `start` (what the tables already hold), as one entry."""
         steps, reads, writes, decisions, counts = start
-        self._append(run.run_id, self.codec.part(run.run_id, run.steps[steps:], run.raw_reads[reads:],
+        self._append(run.run_id, self.codec.part(run.run_id, run.raw_steps[steps:], run.raw_reads[reads:],
                                                  run.raw_writes[writes:], run.decisions[decisions:],
                                                  rows_since(run, counts)))
 
@@ -88,7 +88,7 @@ class RunLog:
     def whole(self, run: Run) -> bytes:
         """A finished run in one entry (durability "run"), which it returns: the writer folds it into the tables
         as it is (store/entry_fold.py)."""
-        entry = self.codec.run(run_row(run, self.lease), run.steps, run.raw_reads, run.raw_writes, run.decisions,
+        entry = self.codec.run(run_row(run, self.lease), run.raw_steps, run.raw_reads, run.raw_writes, run.decisions,
                                rows_since(run))
         self._append(run.run_id, entry)
         return entry

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..errors import TracememError
-from ..record import Decision, Read, Step, Write
+from ..record import Decision, ReadFields, StepFields, WriteFields
 from ..run import Run
 from .backlog import cost_of, queued
 from .batch import Batch, Progress, mark_of, run_row
@@ -57,7 +57,7 @@ class StoreSink:
         elif writer.flush_interval <= 0 and resumed:  # on disk before flow.resume returns
             progress = writer.progress[run.run_id]
             start = progress.written or run.resumed_from
-            first = run.steps[start[0]].step if len(run.steps) > start[0] else 0
+            first = run.raw_steps[start[0]][0] if len(run.raw_steps) > start[0] else 0
             writer.journal(run.run_id, first, "step", part_entry(run, start))
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             progress.journal = "stage"
@@ -113,7 +113,7 @@ class StageSink(StoreSink):
             except JournalError as err:
                 raise writer.journal_failed(run, err) from err
 
-    def step_done(self, run: Run, step: Step, reads: list[Read], writes: list[Write],
+    def step_done(self, run: Run, step: StepFields, reads: list[ReadFields], writes: list[WriteFields],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
         """One journal append (or `step_journal` row); the run's rows reach their tables at its end."""
         writer = self.writer
@@ -126,7 +126,7 @@ class StageSink(StoreSink):
                 raise writer.journal_failed(run, err) from err
             self.unsynced = self.defers_sync
         else:
-            writer.journal(run.run_id, step.step, "step", step_entry(step, reads, writes, decision, rows))
+            writer.journal(run.run_id, step[0], "step", step_entry(step, reads, writes, decision, rows))
         progress.done = mark_of(run)
 
     def end_run(self, run: Run) -> None:

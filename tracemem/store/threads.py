@@ -102,7 +102,7 @@ class ThreadStates:
 
     def recorded(self, run: Run) -> None:
         """A run ended in this store (the store's sink calls this; its values are kept, not copied)."""
-        writes: tuple = run.entries or committed(run.steps, run.raw_writes)
+        writes: tuple = run.entries or committed(run.raw_steps, run.raw_writes)
         entry = Ended(run.continues, run.thread_id, run.pipeline, run.schema, run.input_json, writes)
         size = sum(map(len, writes)) if run.entries else value_chars(writes)
         with self.lock:

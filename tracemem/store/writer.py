@@ -304,7 +304,7 @@ class Writer:
                 batch.add_part(run, progress.written, done)
                 start = progress.written[0] if progress.written else 0
                 if self.runlog is None:
-                    batch.journaled_steps.append((run.run_id, [s.step for s in run.steps[start:done[0]]]))
+                    batch.journaled_steps.append((run.run_id, [s[0] for s in run.raw_steps[start:done[0]]]))
                 self.write_durably(f"writing the finished stages of run {run.run_id}", batch)
                 progress.written, progress.row = done, True
 
