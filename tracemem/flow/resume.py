@@ -26,6 +26,7 @@ from ..ids import new_id
 from ..run import Run
 from ..scope.paths import parse_path
 from ..scope.recorder import RunState, StepRecorder
+from ..scope.view import new_view
 from .context import ReadOnlyArgs
 from .interrupt import NO_ANSWER, Answer, Delivery, json_text
 from .position import initial_scope, locate, scope_at
@@ -249,7 +250,7 @@ def _edit_spec(program: Program, data: dict[str, Any], edits: dict[str, Any]) ->
     trial = StepRecorder(RunState(program.schema, dict(data), b""), 1, "(edit)")
     for path, value in edits.items():
         try:
-            _assign(program.view_class(trial), path, value)
+            _assign(new_view(program.view_class, trial), path, value)
         except ScopeWriteError as err:
             raise ResumeError(f"fork edit {path} = {value!r} is invalid: {err.reason}") from None
         except (PathError, ScopeReadError, KeyError, IndexError, AttributeError, TypeError) as err:

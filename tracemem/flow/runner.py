@@ -38,6 +38,7 @@ from ..record import Decision, ResumePoint, StepFields, StepKind
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
+from ..scope.view import new_view
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .events import EventFeed
 from .interrupt import Delivery, Pause
@@ -211,7 +212,7 @@ class Execution(ParallelSteps, SubflowSteps):
         """Call the stage function with its view (and context, if it takes one), within its timeout."""
         spec, rec = begun.spec, begun.rec
         call = fn or spec.fn
-        view = self.program.view_class(rec)
+        view = new_view(self.program.view_class, rec)
         ctx = spec.takes_ctx and StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env,
                                               self.store, begun.answers, begun.replay or self.replay,
                                               item=begun.item, events=self.events)
@@ -308,7 +309,7 @@ class Execution(ParallelSteps, SubflowSteps):
         """`_do_stage` for a sync stage of one argument (`spec.plain`), `_call` inlined: the hot path."""
         begun = self._begin(ins, spec, "stage")
         try:
-            spec.fn(self.program.view_class(begun.rec))  # type: ignore[misc]
+            spec.fn(new_view(self.program.view_class, begun.rec))  # type: ignore[misc]
         except Exception as err:
             raise self._fail(begun, err)
         return self._stage_done(ins, begun, pc)

@@ -15,6 +15,7 @@ from typing import Awaitable, Callable
 
 from ..errors import TracememError
 from ..scope.tracked import unwrap
+from ..scope.view import new_view
 from .interrupt import Pause
 from .program import Instruction
 from .spec import SubflowNode
@@ -29,7 +30,7 @@ class SubflowSteps:
         node: SubflowNode = ins.node
 
         async def body(begun: Begun) -> None:
-            view = self.program.view_class(begun.rec)
+            view = new_view(self.program.view_class, begun.rec)
             if callable(node.inputs):
                 child_inputs = unwrap(node.inputs(view))
             else:
