@@ -104,7 +104,7 @@ class StageContext:
 
     def log(self, message: str) -> None:
         """A line kept with this step (`steps.logs`)."""
-        self._rec.logs.append(str(message))
+        self._rec.add_log(str(message))
 
     def degrade(self, reason: str) -> None:
         """Mark the run degraded: it still ends `ok`, but did less than it should (e.g. memory extraction
@@ -112,13 +112,13 @@ class StageContext:
         `show` and `store.runs()`) and to this step's log; several reasons are joined with "; "."""
         text = f"{self.stage}: {str(reason).strip() or 'degraded'}"
         self.run.degraded = text if not self.run.degraded else f"{self.run.degraded}; {text}"
-        self._rec.logs.append(f"degraded: {reason}")
+        self._rec.add_log(f"degraded: {reason}")
 
     def span(self, name: str, *, kind: str = "internal", attributes: Optional[dict[str, Any]] = None,
              start_ns: Optional[int] = None, end_ns: Optional[int] = None) -> None:
         """Telemetry for OpenTelemetry export only (never stored): e.g. `search_memory`."""
-        self._rec.rows.append(("_span", {"name": name, "kind": kind, "attributes": dict(attributes or {}),
-                                         "start_ns": start_ns, "end_ns": end_ns}))
+        self._rec.add_row("_span", {"name": name, "kind": kind, "attributes": dict(attributes or {}),
+                                    "start_ns": start_ns, "end_ns": end_ns})
 
     def emit(self, table: str, **row: Any) -> dict[str, Any]:
         """Record an extra row (e.g. `model_calls`, `prompt_sections`) tied to this step; a table the store does
@@ -127,7 +127,7 @@ class StageContext:
             raise TracememError(f"stage '{self.stage}' emitted a row for unknown table '{table}'; "
                                 f"known: {', '.join(sorted(EXTRA_TABLES))}")
         row = {"run_id": self.run_id, "step": self.step, **row}
-        self._rec.rows.append((table, row))
+        self._rec.add_row(table, row)
         return row
 
     def complete(self, model: Any, messages: list[Any], *, prompt_id: Optional[str] = None,

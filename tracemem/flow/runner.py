@@ -205,7 +205,7 @@ class Execution(ParallelSteps, SubflowSteps):
         if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
             begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
             for i, answer in enumerate(begun.answers):
-                begun.rec.rows.append(("human_inputs", answer.row(self.run.run_id, begun.rec.step, i)))
+                begun.rec.add_row("human_inputs", answer.row(self.run.run_id, begun.rec.step, i))
         return begun
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:

@@ -54,10 +54,10 @@ class SubflowSteps:
                 raise TracememError(f"subflow '{node.flow.name}' (child run {child.run_id}) failed: {child.error}")
             for parent_field, child_field in node.outputs.items():
                 setattr(view, parent_field, getattr(child.output, child_field))
-            begun.rec.rows.append(("subflows", {  # kept in the file: backtracking maps outputs to the child
+            begun.rec.add_row("subflows", {  # kept in the file: backtracking maps outputs to the child
                 "run_id": self.run.run_id, "step": begun.rec.step, "child_run_id": child.run_id,
                 "inputs": None if callable(node.inputs) else json.dumps(dict(node.inputs)),
-                "outputs": json.dumps(dict(node.outputs))}))
+                "outputs": json.dumps(dict(node.outputs))})
 
         begun, _ = await self._step(ins, ins.spec, "subflow", body)  # type: ignore[arg-type]
         self._finish(begun)

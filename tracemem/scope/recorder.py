@@ -11,7 +11,7 @@ recorded with its verb and never touches committed state behind the recorder.
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -60,10 +60,26 @@ class StepRecorder:
         self.seq = 0
         self.capture: Optional[list[tuple[str, Any]]] = None
         self.evidence: Any = None  # set by decide()
-        self.rows: list[tuple[str, dict[str, Any]]] = []  # extra rows emitted by the stage
-        self.logs: list[str] = []  # `ctx.log` lines
+        # extra rows the stage emitted, and its `ctx.log` lines: most stages have none, so these start as the
+        # shared empty tuple and become lists on the first (`add_row`, `add_log`)
+        self.rows: Sequence[tuple[str, dict[str, Any]]] = ()
+        self.logs: Sequence[str] = ()
         self.break_reason: Optional[str] = None  # set by `ctx.break_loop`
         self.pause: Any = None  # set by `ctx.interrupt` (a flow.interrupt.Pause): the step pauses
+
+    def add_row(self, table: str, row: dict[str, Any]) -> None:
+        """An extra row this step emitted (`ctx.emit`), for `table`."""
+        if self.rows:
+            self.rows.append((table, row))  # type: ignore[attr-defined]
+        else:
+            self.rows = [(table, row)]
+
+    def add_log(self, line: str) -> None:
+        """A line kept with this step (`steps.logs`)."""
+        if self.logs:
+            self.logs.append(line)  # type: ignore[attr-defined]
+        else:
+            self.logs = [line]
 
     # -- reads -------------------------------------------------------------
     def read(self, name: str, tracked: bool = True) -> Any:
@@ -184,7 +200,7 @@ class StepRecorder:
             raise refused(self.stage, path, value, err) from None
         schema, salt = self.state.schema, self.state.salt
         self.state.escaped = True
-        return dump_escaped(lambda v: schema.dump(root, v, salt), value, path, self.logs)
+        return dump_escaped(lambda v: schema.dump(root, v, salt), value, path, self.add_log)
 
     def commit(self) -> None:
         """Make this step's writes the run's committed state (the runner calls it when the stage ends)."""

@@ -65,7 +65,7 @@ def surrogate_error(err: BaseException) -> bool:
     return "surrogates not allowed" in str(err)
 
 
-def dump_escaped(dump: Callable[[Any], str], value: Any, path: str, logs: list[str]) -> str:
-    """The JSON of a value whose text holds lone surrogates, escaped, with a line in the step's logs."""
-    logs.append(f"tracemem: the value written to '{path}' held {ESCAPED}")
+def dump_escaped(dump: Callable[[Any], str], value: Any, path: str, log: Callable[[str], None]) -> str:
+    """The JSON of a value whose text holds lone surrogates, escaped, with a line in the step's logs (`log`)."""
+    log(f"tracemem: the value written to '{path}' held {ESCAPED}")
     return dump(escape_surrogates(value))
