@@ -39,7 +39,7 @@ def test_the_copy_holds_plain_tuples_that_the_collector_stops_tracking():
     assert kept.run_id == run.run_id and kept.notes is run.notes and kept.rows is run.rows
     records = (kept.raw_steps, kept.raw_reads, kept.raw_writes)  # (what the writer reads: `reads` would name them)
     assert [type(r) for r in sum(records, ())] == [tuple] * (len(run.steps) + len(run.reads) + len(run.writes))
-    assert kept.raw_steps == tuple(tuple(s) for s in run.steps) and kept.raw_writes == tuple(tuple(w) for w in run.writes)
+    assert kept.raw_steps == tuple(map(tuple, run.steps)) and kept.raw_writes == tuple(map(tuple, run.writes))
     gc.collect()
     gc.collect()  # a tuple is untracked once a collection finds its items untracked: the outer ones next time
     containers = [*records, kept.decisions, kept.children, kept.links]

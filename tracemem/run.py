@@ -31,8 +31,8 @@ R = TypeVar("R", Step, Read, Write)
 
 class Records(Generic[R]):
     """`Run.steps`, `Run.reads`, `Run.writes`: the run's records as `kind` NamedTuples, though the runner appends
-    plain field tuples (to `raw_steps`, `raw_reads`, `raw_writes`: record.named says why). Reading the attribute names those appended
-    since it was last read, in place; setting it sets the raw list."""
+    plain field tuples (to `raw_steps`, `raw_reads`, `raw_writes`: record.named says why). Reading the attribute
+    names those appended since it was last read, in place; setting it sets the raw list."""
 
     def __init__(self, kind: type[R]) -> None:
         self.kind = kind
@@ -88,7 +88,7 @@ class Run:
     resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
     entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
     # that hold its steps, reads and writes in their place (store/backlog.queued)
-    named_steps = named_reads = named_writes = 0  # how many of `raw_steps`... are `Step`s... already
+    named_steps = named_reads = named_writes = 0  # how many of raw_steps, raw_reads, raw_writes are named (Records)
     steps = Records(Step)
     reads = Records(Read)
     writes = Records(Write)

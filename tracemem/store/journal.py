@@ -39,13 +39,13 @@ def end_entry(run: Run) -> str:
 def part_entry(run: Run, start: Mark) -> str:
     """The record a resumed run added since `start` (what it already had in the tables), as one entry."""
     steps, reads, writes, decisions, rows = start
-    return json.dumps(_content(run.raw_steps[steps:], run.raw_reads[reads:], run.raw_writes[writes:], run.decisions[decisions:],
-                               rows_since(run, rows)), default=str)
+    return json.dumps(_content(run.raw_steps[steps:], run.raw_reads[reads:], run.raw_writes[writes:],
+                               run.decisions[decisions:], rows_since(run, rows)), default=str)
 
 
 def run_entry(run: Run, lease: Optional[str] = None) -> str:
-    return json.dumps({"run": list(run_row(run, lease)), **_content(run.raw_steps, run.raw_reads, run.raw_writes, run.decisions,
-                                                              rows_since(run))}, default=str)
+    return json.dumps({"run": list(run_row(run, lease)), **_content(run.raw_steps, run.raw_reads, run.raw_writes,
+                                                                  run.decisions, rows_since(run))}, default=str)
 
 
 def replay(entries: Iterable[tuple[str, int, str, str]]) -> tuple[Batch, dict[str, Optional[dict[str, Any]]]]:
