@@ -1,4 +1,4 @@
-"""A run's steps, reads and writes are recorded as plain tuples and named on first access (record.named):
+"""A run's steps, reads and writes are recorded as plain tuples and named on first access (run.Records):
 whoever reads them, whenever, sees NamedTuples, and the store records the same rows either way."""
 from __future__ import annotations
 

@@ -129,7 +129,7 @@ def mask_step(masker: Masker, step: StepFields, writes: list[WriteFields], rows:
               decision: Optional[Decision]) -> tuple[StepFields, list[WriteFields], list[tuple[str, dict[str, Any]]],
                                                       Optional[Decision]]:
     """A finished step with known secrets masked in everything it hands the sinks (its step and writes as the
-    runner records them: plain field tuples, record.named)."""
+    runner records them: plain field tuples, run.Records)."""
     if not masker:
         return step, writes, rows, decision
     step = (*step[:6], masker.text(step[6]), *step[7:11], masker.value(step[11]))  # (error, logs: Step fields)

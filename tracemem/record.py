@@ -23,17 +23,6 @@ built = tuple.__new__
 `__new__` (half the cost: records are built several times per stage). Every field must be given, in order."""
 
 
-def named(records: Union[list[Any], tuple[Any, ...]], kind: type, start: int, end: int) -> list[Any]:
-    """`records` as a list whose items `start:end` are `kind` NamedTuples: plain field tuples there are named in
-    place (a tuple of records becomes a list first). Why: the runner records steps, reads and writes as plain
-    tuples and names them only when someone asks (`Run.reads`): building a NamedTuple and freeing it costs
-    ~1,700 instructions against ~360 for a tuple, four times a stage, and most recorded runs are only ever
-    written to the store, which takes plain tuples."""
-    if type(records) is not list:
-        records = list(records)
-    records[start:end] = [r if type(r) is kind else built(kind, r) for r in records[start:end]]
-    return records
-
 
 Verb = Literal["set", "append", "delete"]
 # map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
@@ -71,9 +60,9 @@ def value_chars(writes: Iterable[Sequence[Any]]) -> int:
 
 
 StepFields = tuple[int, str, str, str, int, str, Optional[str], int, int, Optional[int], Optional[str], tuple[str, ...]]
-"""A `Step`'s fields as a plain tuple, as the runner records it (`named` says why)."""
+"""A `Step`'s fields as a plain tuple, as the runner records it (`run.Records` says why)."""
 ReadFields = tuple[int, int, str, Optional[int], Optional[int]]
-"""A `Read`'s fields as a plain tuple, as the runner records it (`named` says why)."""
+"""A `Read`'s fields as a plain tuple, as the runner records it."""
 WriteFields = tuple[int, int, str, str, Optional[str]]
 """A `Write`'s fields as a plain tuple, as the runner records it."""
 

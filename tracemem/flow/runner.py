@@ -162,12 +162,11 @@ class Execution(ParallelSteps, SubflowSteps):
     def _end(self, run: Run) -> None:
         data, run.ended_at = self.state.data, time.time_ns()
         run.output = self.program.schema.construct(data)
-        # the writes of failed steps, left out: only a restored run's record can hold any (`_record` keeps none)
-        failed = {s.step for s in run.steps if s.status != "ok"} if self.restored else ()
+        # failed steps' writes left out: only a restored run's record can hold any (`_record` keeps none)
+        writes = run.committed_writes() if self.restored else run.raw_writes
         masked = self.secret_fields or self.state.secrets
         run.output_json = self.program.schema.dump_output(  # (a restored run's writes are as recorded)
-            data, [w for w in run.raw_writes if w[0] not in failed] if failed else run.raw_writes, self.salt, run.notes,
-            dumped=not (masked or self.state.escaped or self.restored))
+            data, writes, self.salt, run.notes, dumped=not (masked or self.state.escaped or self.restored))
         if masked:
             run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
         self._note_query(data)
@@ -268,7 +267,7 @@ class Execution(ParallelSteps, SubflowSteps):
     def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
                 ended: Optional[int]) -> None:
         run, rec, spec = self.run, begun.rec, begun.spec
-        # the one place a step is recorded: `Step`'s fields as a plain tuple (record.named: the hot path)
+        # the one place a step is recorded: `Step`'s fields as a plain tuple (run.Records: the hot path)
         step: StepFields = (rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error, begun.started,
                             ended or time.time_ns(), begun.routed_by, begun.child_run_id,
                             tuple(rec.logs) if rec.logs else ())

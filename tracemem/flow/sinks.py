@@ -31,7 +31,7 @@ class Sink(Protocol):
     def step_done(self, run: Run, step: StepFields, reads: list[ReadFields], writes: list[WriteFields],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
         """A step finished (optional: see the module docstring). Its step, reads and writes come as the runner
-        records them, their fields as plain tuples (`built(Step, step)` names one: record.named says why)."""
+        records them, their fields as plain tuples (`built(Step, step)` names one: run.Records says why)."""
 
     def end_run(self, run: Run) -> None: ...
 

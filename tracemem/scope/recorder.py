@@ -54,7 +54,7 @@ class StepRecorder:
         self.own: dict[str, tuple[int, int]] = {}  # field → (step, seq) of this step's last write to it
         self.seen: dict[str, Optional[tuple[int, int]]] = {}  # field → the source of its last read recorded
         self.proxies: dict[str, Any] = {}
-        self.reads: list[ReadFields] = []  # plain tuples, as `Run.raw_reads` keeps them (record.named)
+        self.reads: list[ReadFields] = []  # plain tuples, as `Run.raw_reads` keeps them (run.Records)
         self.writes: list[WriteFields] = []
         self.ops: list[tuple[Path, str, Any]] = []
         self.seq = 0

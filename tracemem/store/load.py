@@ -237,7 +237,7 @@ class Record:
 
     def __init__(self) -> None:
         self.steps: list[StepFields] = []
-        self.reads: list[ReadFields] = []  # plain tuples, named when the run's `reads` are read (record.named)
+        self.reads: list[ReadFields] = []  # plain tuples, named when the run's `reads` are read (run.Records)
         self.writes: list[WriteFields] = []
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}

@@ -148,7 +148,7 @@ class LogCodec:
                writes: Sequence[Write] = (), run: Optional[Sequence[Any]] = None,
                end: Optional[dict[str, Any]] = None, free: Optional[bytes] = None) -> bytes:
         try:
-            # plain tuples, as the runner records them (record.named); a NamedTuple among them (a run's records
+            # plain tuples, as the runner records them (run.Records); a NamedTuple among them (a run's records
             # named by `run.steps` before it ended) costs orjson a call back into Python (`_plain_tuple`)
             head = self._dumps((VERSION, kind, run_id, steps, reads, writes, run, end))
         except (TypeError, ValueError) as e:
