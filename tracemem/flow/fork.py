@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from pydantic import BaseModel
 
-from ..errors import ForkConflictError
+from ..errors import ForkConflictError, TracememError
 from ..scope.paths import Path, apply_write, format_path
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
@@ -100,8 +100,9 @@ def fork_conflict(ids: list[str], recs: list[StepRecorder]) -> Optional[ForkConf
     """Two branches conflict when one sets/deletes a path the other also touches (appends merge)."""
     touched: list[tuple[list[Path], list[Path]]] = []
     for rec in recs:
-        sets = [p for p, verb, _ in rec.ops if verb != "append"]
-        appends = [p for p, verb, _ in rec.ops if verb == "append"]
+        ops = changes(rec)
+        sets = [p for p, verb, _ in ops if verb != "append"]
+        appends = [p for p, verb, _ in ops if verb == "append"]
         touched.append((sets, appends))
     if not any(sets for sets, _ in touched):  # only appends (parallel tool calls): they all merge
         return None
@@ -121,13 +122,20 @@ def fork_conflict(ids: list[str], recs: list[StepRecorder]) -> Optional[ForkConf
 def merge_branch(state: RunState, rec: StepRecorder) -> None:
     """Merge a fork branch's writes into committed state, copying containers on the way."""
     data = state.data
-    for path, verb, value in rec.ops:
+    for path, verb, value in changes(rec):
         root = path[0]
         if len(path) > 1 or verb != "set":
             # copy every container the write goes through (for an append, the list itself too)
             data[root] = _copy_along(data[root], path[1:] if verb == "append" else path[1:-1])
         apply_write(data, path, verb, unwrap(value), state.schema.default)
     state.last_write.update(rec.own)
+
+
+def changes(rec: StepRecorder) -> list[tuple[Path, str, Any]]:
+    """A parallel step's changes, path by path (`StepRecorder.ops`, kept by every step that runs beside others)."""
+    if rec.ops is None:
+        raise TracememError(f"internal: the recorder of parallel step {rec.step} ('{rec.stage}') kept no changes")
+    return rec.ops
 
 
 def _copy_along(value: Any, rest: tuple) -> Any:

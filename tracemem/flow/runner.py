@@ -199,8 +199,7 @@ class Execution(ParallelSteps, SubflowSteps):
         counts[sid] = iteration + 1
         if self.starting is not None:
             self.starting(self.run, step, spec, kind, iteration)
-        begun = Begun(spec, StepRecorder(self.state, step, sid), kind, iteration,
-                      self.loops.routed_by(ins) if ins.regions else None)
+        begun = Begun(spec, self.state, step, kind, iteration, self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
             begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
             for i, answer in enumerate(begun.answers):

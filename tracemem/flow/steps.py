@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ..errors import TracememError
 from ..record import StepKind
-from ..scope.recorder import StepRecorder
+from ..scope.recorder import RunState, StepRecorder
 from .interrupt import Pause
 from .program import Instruction
 from .spec import StageSpec
@@ -44,13 +44,14 @@ class Begun:
     __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
                  "item")
 
-    def __init__(self, spec: StageSpec, rec: StepRecorder, kind: StepKind, iteration: int,
+    def __init__(self, spec: StageSpec, state: RunState, step: int, kind: StepKind, iteration: int,
                  routed_by: Optional[int]) -> None:
-        self.spec, self.rec, self.kind, self.iteration, self.routed_by = spec, rec, kind, iteration, routed_by
+        beside = kind in BESIDE_OTHERS
+        self.spec, self.kind, self.iteration, self.routed_by = spec, kind, iteration, routed_by
+        self.rec = StepRecorder(state, step, spec.id, beside)
         self.started = time_ns()
         self.child_run_id: Optional[str] = None
-        # what ctx.interrupt returns (None: cannot, in a step that runs beside others)
-        self.answers: Any = None if kind in BESIDE_OTHERS else ()
+        self.answers: Any = None if beside else ()  # what ctx.interrupt returns (None: it cannot, beside others)
         # a re-entered stage: its model calls before the pause, to answer from; a map step's element (`ctx.item`)
         self.replay = self.item = None
 

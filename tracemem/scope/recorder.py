@@ -11,7 +11,8 @@ recorded with its verb and never touches committed state behind the recorder.
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -46,17 +47,19 @@ class StepRecorder:
         "reads", "writes", "ops", "seq", "capture", "evidence", "rows", "logs", "break_reason", "pause",
     )
 
-    def __init__(self, state: RunState, step: int, stage: str) -> None:
+    def __init__(self, state: RunState, step: int, stage: str, beside_others: bool = False) -> None:
         self.state = state
         self.step = step
         self.stage = stage
         self.overlay: dict[str, Any] = {}
         self.own: dict[str, tuple[int, int]] = {}  # field → (step, seq) of this step's last write to it
         self.seen: dict[str, Optional[tuple[int, int]]] = {}  # field → the source of its last read recorded
-        self.proxies: dict[str, Any] = {}
+        self.proxies: Mapping[str, Any] = _NO_PROXIES  # field → its tracked copy; a dict from the first one
         self.reads: list[ReadFields] = []  # plain tuples, as `Run.raw_reads` keeps them (run.Records)
         self.writes: list[WriteFields] = []
-        self.ops: list[tuple[Path, str, Any]] = []
+        # each change as (path, verb, value), for a step that runs beside others (a fork branch, a map item):
+        # its changes are merged into the run's state one by one (flow/fork.py); other steps commit `overlay`
+        self.ops: Optional[list[tuple[Path, str, Any]]] = [] if beside_others else None
         self.seq = 0
         self.capture: Optional[list[tuple[str, Any]]] = None
         self.evidence: Any = None  # set by decide()
@@ -115,7 +118,9 @@ class StepRecorder:
             return proxy
         tracked = track(value, self, (name,))
         if tracked is not value:
-            self.proxies[name] = tracked
+            if not self.proxies:
+                self.proxies = {}
+            self.proxies[name] = tracked  # type: ignore[index]
         return tracked
 
     # -- writes ------------------------------------------------------------
@@ -131,11 +136,12 @@ class StepRecorder:
             dumped = self._unstorable(name, name, value, err)
         self.seq += 1
         self.writes.append((self.step, self.seq, name, "set", dumped))
-        self.ops.append(((name,), "set", value))
+        if self.ops is not None:
+            self.ops.append(((name,), "set", value))
         self.overlay[name] = value
         self.own[name] = (self.step, self.seq)
         if self.proxies:
-            self.proxies.pop(name, None)
+            self.proxies.pop(name, None)  # type: ignore[attr-defined]
 
     def _validated(self, name: str, value: Any) -> Any:
         """A value written to field `name` as the scope keeps it: validated, and its own copy."""
@@ -187,7 +193,8 @@ class StepRecorder:
             )
         self.seq += 1
         self.writes.append((self.step, self.seq, where, verb, dumped))
-        self.ops.append((path, verb, value))
+        if self.ops is not None:
+            self.ops.append((path, verb, value))
         self.overlay[root] = proxy
         self.own[root] = (self.step, self.seq)
         return value
@@ -215,6 +222,7 @@ class StepRecorder:
 
 
 _UNSEEN = object()
+_NO_PROXIES: Mapping[str, Any] = MappingProxyType({})  # (read-only: no recorder can fill the shared one)
 
 
 def _owned(value: Any) -> Any:
