@@ -22,8 +22,6 @@ built = tuple.__new__
 """`built(Read, (step, seq, ...))`: a record NamedTuple from all its fields, without the class's Python-level
 `__new__` (half the cost: records are built several times per stage). Every field must be given, in order."""
 
-
-
 Verb = Literal["set", "append", "delete"]
 # map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
 # edit: a fork's edits

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Generic, Optional, Sequence, TypeVar, Union, overload
 
 from .errors import RunNotFoundError, TracememError
 from .record import Decision, Read, ResumePoint, RunLoader, Step, ThreadRun, Write, built
@@ -165,6 +165,12 @@ class Run:
                     return s
         raise TracememError(f"run {self.run_id} has no step {ref!r}; steps: "
                             + ", ".join(f"{s.step}:{s.stage}" for s in self.steps))
+
+    def set_records(self, steps: Sequence[Any], reads: Sequence[Any], writes: Sequence[Any]) -> None:
+        """Set `steps`, `reads` and `writes` at once, as setting each does (`Records.__set__`), in one call: the
+        store writer's copy of every run is made this way (store/backlog.queued)."""
+        self.raw_steps, self.raw_reads, self.raw_writes = steps, reads, writes
+        self.named_steps = self.named_reads = self.named_writes = 0
 
     # -- threads ------------------------------------------------------------------
     def continue_from(self, previous: Union["Run", ResumePoint]) -> None:

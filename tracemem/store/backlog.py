@@ -54,13 +54,11 @@ def queued(run: Run, entries: Sequence[bytes] = ()) -> Run:
     kept.__dict__ = run.__dict__.copy()  # (a copy keeps the keys Run's instances share: ~5,000 instructions fewer
     #                                      than `kept.__dict__.update(...)`, which adds them one by one)
     if entries:
-        kept.raw_steps = kept.raw_reads = kept.raw_writes = ()
+        kept.set_records((), (), ())  # (one call: the three `Run.Records` setters cost ~3,000 instructions)
         kept.entries = tuple(entries)
     else:
-        kept.raw_steps, kept.raw_reads, kept.raw_writes = (
-            tuple(map(tuple, run.raw_steps)), tuple(map(tuple, run.raw_reads)), tuple(map(tuple, run.raw_writes)))
-    kept.named_steps = kept.named_reads = kept.named_writes = 0  # (what setting `kept.steps` does: run.Records,
-    #                                                              whose three calls cost ~3,000 instructions)
+        kept.set_records(tuple(map(tuple, run.raw_steps)), tuple(map(tuple, run.raw_reads)),
+                         tuple(map(tuple, run.raw_writes)))
     kept.decisions, kept.children, kept.links = tuple(run.decisions), tuple(run.children), tuple(run.links)
     kept.output = None
     return kept
