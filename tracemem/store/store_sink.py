@@ -31,7 +31,8 @@ def sink_for(writer: Writer, durability: str) -> "StoreSink":
 
 
 class StoreSink:
-    """The runner's view of the store for one durability "run" run (see `Store.sink`), and of its subflows' runs."""
+    """The runner's view of the store for durability "run" runs (see `Store.sink`), and their subflows' runs.
+    It holds nothing of a run, so a store hands every such run the same one."""
 
     def __init__(self, writer: Writer) -> None:
         self.writer = writer
