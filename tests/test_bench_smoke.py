@@ -134,6 +134,7 @@ def test_peers_durability_table_tracemem_only() -> None:
                   "synchronous=FULL", "os.write + fdatasync (the fsync floor)", "DuckDB INSERT+commit (file)"):
         assert floor in out, floor
     assert out.count("\ngoal: ") == 4
+    assert "tracemem engine, no store" in out  # the floor under every tracemem row, same run
     stage = next(line for line in out.splitlines() if line.strip().startswith("tracemem durability=stage "))
     assert "not counted" not in stage
     assert "## µs per stage" not in out and "turn chat" not in out  # --section ran that section only
