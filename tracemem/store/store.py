@@ -106,7 +106,7 @@ class Store:
         self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder,
                              self.snapshots.added, self.lease, max_queue, max_batch, max_lag,
                              on_end=self.threads.recorded, on_written=self._grown)
-        self._run_sink = StoreSink(self.writer)  # durability "run" keeps nothing per run: every run shares it
+        self._run_sink = StoreSink(self.writer)  # what every durability "run" run is recorded through (sink_for)
         atexit.register(_close_at_exit, weakref.ref(self))
         if self._claim is not None:
             open_stores.attach(self._claim, self)
@@ -168,8 +168,7 @@ class Store:
     def sink(self, durability: Optional[str] = None) -> StoreSink:
         """What the runner records a run through (`flow.run(..., store=store)`)."""
         self._writable("record runs")
-        durability = durability or self.durability
-        return self._run_sink if durability == "run" else sink_for(self.writer, durability)
+        return sink_for(self._run_sink, durability or self.durability)
 
     def flush(self) -> None:
         """Write every queued run now (queries call this first, so they see every finished run,

@@ -21,18 +21,18 @@ from .writer import Writer
 __all__ = ["StoreSink", "StageSink", "sink_for"]
 
 
-def sink_for(writer: Writer, durability: str) -> "StoreSink":
-    """The sink recording one `flow.run` (and its subflows' runs) with this durability."""
+def sink_for(run_sink: "StoreSink", durability: str) -> "StoreSink":
+    """The sink recording one `flow.run` (and its subflows' runs) with this durability: `run_sink`, the store's
+    one durability "run" sink (it holds nothing of a run, so every run shares it), or a new `StageSink`."""
     if durability == "stage":
-        return StageSink(writer)
+        return StageSink(run_sink.writer)
     if durability != "run":
         raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
-    return StoreSink(writer)
+    return run_sink
 
 
 class StoreSink:
-    """The runner's view of the store for durability "run" runs (see `Store.sink`), and their subflows' runs.
-    It holds nothing of a run, so a store hands every such run the same one."""
+    """The runner's view of the store for durability "run" runs (see `Store.sink`), and their subflows' runs."""
 
     def __init__(self, writer: Writer) -> None:
         self.writer = writer
