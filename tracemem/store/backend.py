@@ -9,6 +9,8 @@ be shared lives behind this interface, with one implementation per database:
 | concern                          | DuckDB (store/duck.py)              | PostgreSQL (store/pg/)              |
 |----------------------------------|-------------------------------------|-------------------------------------|
 | opening, schema and migrations   | a file, its write lock, snapshots   | a database schema, an advisory lock |
+| connections                      | cursors of one database, one each   | the store's, the writer's, the user's |
+| a momentary failure (retried)    | busy, conflict, interrupted I/O     | lost session, serialization, locks  |
 | liveness of a writer             | one writer per file; PIDs           | a lease per opening (pg/lease.py)   |
 | a batch of runs                  | Arrow tables, INSERT … SELECT       | COPY, one transaction               |
 | a flush beside a batch in flight | a second connection                 | — (after the batch in flight)       |
@@ -44,6 +46,7 @@ class Backend(Protocol):
     path: str  # what messages name: the file (or snapshot copy), or the URL without its password
     label: str  # the path the user gave (the file, not its snapshot copy)
     con: Any  # the connection tracemem's own SQL runs on (`?` parameters, DuckDB function names)
+    writer_con: Any  # the writer's own connection (batches, journal rows); None on a read-only store
     write_lock: Any  # held around `insert` and `journal`
     salt: Optional[str]  # the store's secret salt (tracemem_meta), hex
     interrupted: list[str]  # runs found running under a dead writer when opened
@@ -55,7 +58,15 @@ class Backend(Protocol):
 
     def cursor(self) -> Any: ...
 
+    def connection(self) -> Any: ...  # for one part of the store (the memory, the snapshot index)
+
+    def user_connection(self) -> Any: ...  # `store.con`: the user's, never used by tracemem
+
     def insert(self, batch: Batch) -> None: ...
+
+    def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary (store/retry.py)
+
+    def reset_writer(self) -> None: ...  # the writer's connection made sound again after a failed write
 
     def insert_beside(self, batch: Batch) -> bool: ...  # on a second connection; False: there is none
 

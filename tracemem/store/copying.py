@@ -58,7 +58,8 @@ class CopyReport:
 
 
 def _ids(store: Any, query: str, params: list[Any]) -> list[str]:
-    return [r[0] for r in store.con.execute(query, params).fetchall()]
+    with store.lock:
+        return [r[0] for r in store.backend.con.execute(query, params).fetchall()]
 
 
 def _chosen(src: Any, since: Optional[datetime], pipeline: Optional[str]) -> list[str]:
@@ -80,11 +81,11 @@ def _chosen(src: Any, since: Optional[datetime], pipeline: Optional[str]) -> lis
 
 
 def _columns(store: Any, table: str) -> list[str]:
-    names = [c for (c,) in store.con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = "
-        + ("current_schema()" if store.backend.kind == "postgres" else "'main'") + " ORDER BY ordinal_position",
-        [table]).fetchall()]
-    return names
+    with store.lock:
+        return [c for (c,) in store.backend.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = "
+            + ("current_schema()" if store.backend.kind == "postgres" else "'main'") + " ORDER BY ordinal_position",
+            [table]).fetchall()]
 
 
 def _plain(table: pa.Table) -> pa.Table:
@@ -110,17 +111,18 @@ def _copy_rows(src: Any, dst: Any, table: str, where: str, ids: list[str]) -> in
 def _bind_embedder(src: Any, dst: Any) -> None:
     """The destination's memory must use the source's embedder (vectors of two embedders do not compare)."""
     get = src.memory.sql.get_meta
-    theirs, dim = get(src.con, META_EMBEDDER_ID), get(src.con, META_DIM)
-    ours = dst.memory.sql.get_meta(dst.con, META_EMBEDDER_ID)
+    with src.lock:
+        theirs, dim = get(src.backend.con, META_EMBEDDER_ID), get(src.backend.con, META_DIM)
+    ours = dst.memory.sql.get_meta(dst.backend.con, META_EMBEDDER_ID)
     if theirs is None:
         return
     if ours is not None and ours != theirs:
         raise UsageError(f"{src.path}'s memories were embedded with {theirs!r} but {dst.path}'s with {ours!r}; "
                          f"vectors of two embedders do not compare: copy into an empty store, or re-embed one "
                          f"side first (store.memory.reembed)")
-    dst.memory.sql.set_meta(dst.con, META_EMBEDDER_ID, theirs)
+    dst.memory.sql.set_meta(dst.backend.con, META_EMBEDDER_ID, theirs)
     if dim is not None:
-        dst.memory.sql.set_meta(dst.con, META_DIM, dim)
+        dst.memory.sql.set_meta(dst.backend.con, META_DIM, dim)
 
 
 def _copy_memories(src: Any, dst: Any, ids: list[str], everything: bool, report: CopyReport) -> None:
@@ -137,20 +139,23 @@ def _copy_memories(src: Any, dst: Any, ids: list[str], everything: bool, report:
     if not todo:
         return
     _bind_embedder(src, dst)
-    rows = src.con.execute(f"SELECT {', '.join(MEMORY_COLUMNS)}, embedding FROM memories WHERE memory_id IN "
-                           f"(SELECT unnest(?::VARCHAR[])) ORDER BY created_at, memory_id", [todo]).fetchall()
-    events = src.con.execute('SELECT memory_id, event, old, new, run_id, "at", reason FROM memory_events WHERE '
-                             'memory_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY event_id', [todo]).fetchall()
-    ops = dst.memory.sql
-    with dst.lock, ops.transaction(dst.con):
+    with src.lock:
+        rows = src.backend.con.execute(f"SELECT {', '.join(MEMORY_COLUMNS)}, embedding FROM memories WHERE "
+                                       f"memory_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at, memory_id",
+                                       [todo]).fetchall()
+        events = src.backend.con.execute('SELECT memory_id, event, old, new, run_id, "at", reason FROM '
+                                         'memory_events WHERE memory_id IN (SELECT unnest(?::VARCHAR[])) '
+                                         'ORDER BY event_id', [todo]).fetchall()
+    ops, con = dst.memory.sql, dst.backend.con
+    with dst.lock, ops.transaction(con):
         for has_vector in (True, False):
             part = [r for r in rows if (r[-1] is not None) == has_vector]
             if part:
                 vecs = np.asarray([r[-1] for r in part], dtype=np.float32) if has_vector else None
-                ops.insert_records(dst.con, [tuple(r[:-1]) for r in part], vecs,
+                ops.insert_records(con, [tuple(r[:-1]) for r in part], vecs,
                                    vecs.shape[1] if vecs is not None else None)
-        ops.insert_events(dst.con, [(m, e, json.loads(o) if o else None, json.loads(n) if n else None, r, at, why)
-                                    for m, e, o, n, r, at, why in events])
+        ops.insert_events(con, [(m, e, json.loads(o) if o else None, json.loads(n) if n else None, r, at, why)
+                            for m, e, o, n, r, at, why in events])
     report.memories, report.memory_events = len(rows), len(events)
     dst.memory.rebuild_index()
 

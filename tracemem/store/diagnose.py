@@ -3,8 +3,10 @@ wording with the file's path taken out (a path may itself contain "lock" or "cor
 
 Two questions are asked of it: when opening, which error to give the user (another
 process holds the file, the file is corrupt, it is not a DuckDB file); and when
-writing, whether the failure is the file's (disk full, I/O error: stop accepting runs,
-loudly) or the data's (a value DuckDB cannot hold: isolate it and carry on).
+writing, whether the failure is momentary (a busy connection, a write conflict, an
+interrupted system call: try again shortly, losing nothing), the file's (disk full, I/O
+error: stop accepting runs, loudly) or the data's (a value DuckDB cannot hold: isolate it
+and carry on).
 """
 from __future__ import annotations
 
@@ -48,6 +50,27 @@ def storage_failure(err: BaseException) -> Optional[str]:
         return f"the commit failed: {first_line(err)}"
     if isinstance(err, duckdb.Error) and "database has been invalidated" in text:
         return f"DuckDB invalidated the database after an earlier fatal error: {first_line(err)}"
+    return None
+
+
+_MOMENTARY_ERRNOS = {errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT}
+_MOMENTARY_TEXTS = tuple(os.strerror(e) for e in sorted(_MOMENTARY_ERRNOS))
+
+
+def transient_failure(err: BaseException) -> Optional[str]:
+    """Why `err` is momentary, worth the same write again shortly (None: it is not): the connection was busy
+    with another call, another transaction changed the same rows, a lock was held, a system call was
+    interrupted. A failed commit or a lost file are not (`storage_failure`)."""
+    text = str(err)
+    if isinstance(err, duckdb.ResourceInUseException):
+        return f"the connection was busy: {first_line(err)}"
+    if isinstance(err, duckdb.TransactionException) and "Failed to commit" not in text:
+        return f"a transaction conflict: {first_line(err)}"
+    if isinstance(err, duckdb.InterruptException):
+        return f"the statement was interrupted: {first_line(err)}"
+    if isinstance(err, OSError) and err.errno in _MOMENTARY_ERRNOS or \
+            isinstance(err, duckdb.IOException) and any(t in text for t in _MOMENTARY_TEXTS):
+        return f"a momentary I/O error: {first_line(err)}"
     return None
 
 

@@ -5,6 +5,13 @@ takes the file's write lock or reads a snapshot copy (store/opening.py), the sch
 created or migrated (store/tables.py), runs a dead process left running are recovered from
 the journal, batches go in as Arrow tables (store/batch.py), and read-only user SQL runs
 fenced in its own DuckDB instance (store/user_sql.py).
+
+Connections: a DuckDB connection runs one call at a time and refuses a second one made
+meanwhile ("connection is busy") rather than waiting, so nothing is shared across owners.
+The store's own (`con`: tracemem's reads, under the store's lock), the writer's
+(`writer_con`: batches and journal rows, nobody else's), one for the memory and one for the
+snapshot index (`connection()`), and one per user thread (`user_connection()`, what
+`store.con` is): each a `cursor()` of the same database, so each sees what the others commit.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from ..dbmeta import get_meta, set_meta
 from ..errors import TracememError
 from ..memory import sql as memory_sql
 from .batch import Batch
-from .diagnose import open_error
+from .diagnose import open_error, transient_failure
 from .entry_fold import EntryFold
 from .opening import connect, recover_dead_runs
 from .retention import export
@@ -63,6 +70,10 @@ class DuckBackend:
             # removed by close(); if setup fails or close() is never called, when this goes (or at exit)
             weakref.finalize(self, shutil.rmtree, self._snapshot_dir, ignore_errors=True)
         self._local = threading.local()
+        self._made: list[duckdb.DuckDBPyConnection] = []  # connections handed out (`connection`), closed with the file
+        self._users: dict[int, duckdb.DuckDBPyConnection] = {}  # thread id -> its user connection (store.con)
+        self._users_lock = threading.Lock()
+        self.writer_con: Optional[duckdb.DuckDBPyConnection] = None  # the writer's own (see the module docstring)
         self.run_log: Optional[RunLog] = None
         self.fold: Optional[EntryFold] = None  # folds the runs the run journal holds whole (store/entry_fold.py)
         self._beside: Optional[tuple[duckdb.DuckDBPyConnection, EntryFold]] = None  # see insert_beside
@@ -77,11 +88,12 @@ class DuckBackend:
                 self.salt: Optional[str] = salt  # hex (the Store derives its key from it)
                 if not read_only and path != ":memory:":  # replayed first: it may hold runs left running
                     self.run_log = open_run_log(path, self.con, salt or "", fsync=fsync, lease=lease, say=log)
-                    self.fold = EntryFold(self.con)
                     self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
                 # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
                 # journal is replayed, and those that never ended are marked interrupted
                 self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
+                if not read_only:
+                    self._new_writer_con()
         except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
             self._close_files()
             raise open_error(err, opened.snapshot_of or self.path) from None
@@ -92,15 +104,56 @@ class DuckBackend:
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """This thread's cursor on the file."""
+        """This thread's cursor on the file, for tracemem's own reads."""
         cur = getattr(self._local, "cursor", None)
         if cur is None:
             cur = self._local.cursor = self.con.cursor()
         return cur
 
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own for one part of the store (the memory, the snapshot index), closed with it."""
+        con = self.con.cursor()
+        self._made.append(con)
+        return con
+
+    def user_connection(self) -> duckdb.DuckDBPyConnection:
+        """The calling thread's connection for the user's own SQL (`store.con`): tracemem never uses it, so
+        nothing done on it can make the writer, or another thread's call, fail. Those of ended threads are
+        closed as new ones are made."""
+        me = threading.get_ident()
+        with self._users_lock:
+            con = self._users.get(me)
+            if con is None:
+                alive = {t.ident for t in threading.enumerate()}
+                for ident in [i for i in self._users if i not in alive]:
+                    self._users.pop(ident).close()
+                con = self._users[me] = self.con.cursor()
+            return con
+
     # -- writing ---------------------------------------------------------------------------
+    def _new_writer_con(self) -> None:
+        if self.writer_con is not None:
+            self.writer_con.close()  # (rolls back whatever it had open)
+        self.writer_con = self.con.cursor()
+        if self.run_log is not None:
+            self.fold = EntryFold(self.writer_con)
+
     def insert(self, batch: Batch) -> None:
-        batch.insert(self.con, self.fold)
+        batch.insert(self.writer_con, self.fold)
+
+    def transient(self, err: BaseException) -> Optional[str]:
+        return transient_failure(err)
+
+    def reset_writer(self) -> None:
+        """After a failed write: the writer's connection holds no transaction (a new connection if it cannot
+        say so)."""
+        try:
+            self.writer_con.execute("ROLLBACK")  # type: ignore[union-attr]
+        except duckdb.TransactionException as err:
+            if "no transaction is active" not in str(err):
+                self._new_writer_con()
+        except duckdb.Error:
+            self._new_writer_con()
 
     def insert_beside(self, batch: Batch) -> bool:
         """`insert` on a second connection (made on first use, with its own fold), while the first may be
@@ -116,7 +169,8 @@ class DuckBackend:
         return True
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        self.con.execute("INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
+        self.writer_con.execute(  # type: ignore[union-attr]
+            "INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
 
     def follow_snapshots(self) -> None:
         return None  # this process is the file's only writer: the index learns of new rows as it writes them
@@ -164,8 +218,10 @@ class DuckBackend:
         return export(self.con, directory, progress=progress)
 
     def _close_files(self) -> None:
-        if self._beside is not None:
-            self._beside[0].close()
+        extra = [self._beside[0]] if self._beside is not None else []
+        extra += self._made + list(self._users.values()) + ([self.writer_con] if self.writer_con else [])
+        for con in extra:
+            con.close()
         self.con.close()
         if self.run_log is not None:
             self.run_log.close()

@@ -99,7 +99,7 @@ class Store:
 
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
-        self.snapshots = SnapshotIndex(self.backend.cursor(), self.lock, self.backend.follow_snapshots())
+        self.snapshots = SnapshotIndex(self.backend.connection(), self.lock, self.backend.follow_snapshots())
         self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
         self.log = log
         self._written = 0  # runs written since the store last checked whether it is big enough to index
@@ -120,13 +120,13 @@ class Store:
         self.backend: Backend = open_backend(self.path, read_only=read_only, lock=self.lock, lease=self.lease,
                                              block_size=self.block_size, snapshot_if_locked=snapshot_if_locked,
                                              log=log, lease_seconds=lease_seconds, fsync=fsync)
-        self.path, self.con = self.backend.path, self.backend.con
+        self.path = self.backend.path
         self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
         self.interrupted = self.backend.interrupted  # runs found running under a dead writer's lease
         try:
             self.salt = hash_key(bytes.fromhex(self.backend.salt or "00"))  # see tracemem/masking.py
             with self.lock:  # (a PostgreSQL schema is indexed from the start: store/pg/schema.py)
-                self.indexed = self.backend.shared or (False if self.read_only else index(self.con, log))
+                self.indexed = self.backend.shared or (False if self.read_only else index(self.backend.con, log))
         except ValueError:
             self.backend.close()
             raise StoreError(f"{self.path} has an unreadable secret_salt in tracemem_meta (hex expected); "
@@ -135,6 +135,15 @@ class Store:
         except BaseException:
             self.backend.close()
             raise
+
+    @property
+    def con(self) -> Any:
+        """A connection to the store's database for your own SQL, one per thread: tracemem never uses it, so
+        nothing you do on it can make the writer (or another thread's call) fail. On a DuckDB file it is a
+        DuckDB connection (`.cursor()` gives another); on PostgreSQL a connection of its own. Read any table
+        at any time; keep your own tables beside tracemem's; writing tracemem's tables may conflict with the
+        writer, which then waits and writes again. Leave it open: the store closes it."""
+        return self.backend.user_connection()
 
     def __repr__(self) -> str:
         return f"<Store {self.path}{' (snapshot)' if self.snapshot_of else ''}>"
@@ -151,7 +160,7 @@ class Store:
         if not self.indexed and self._written >= INDEX_FROM // 10:
             self._written = 0
             with self.lock:
-                self.indexed = index(self.con, self.log)
+                self.indexed = index(self.backend.con, self.log)
 
     def _open_memory(self, embedder: Any) -> Any:
         from ..memory import Memory
@@ -161,7 +170,7 @@ class Store:
             kwargs["index_dir"] = None
         elif self.snapshot_of:  # a snapshot copy maps the original's index files (their fingerprints are checked)
             kwargs["index_dir"] = self.snapshot_of + ".memindex"
-        return Memory(self.backend.cursor(), self.lock, read_only=self.read_only, sql_ops=self.backend.memory_sql,
+        return Memory(self.backend.connection(), self.lock, read_only=self.read_only, sql_ops=self.backend.memory_sql,
                       **kwargs)
 
     # -- writing ------------------------------------------------------------------
@@ -181,13 +190,13 @@ class Store:
         saying who has it when lost; see store/claims.py."""
         self.flush()
         with self.lock:
-            return claim(self.con, run_id, steps, self.lease if self.backend.shared else None,
+            return claim(self.backend.con, run_id, steps, self.lease if self.backend.shared else None,
                          sync=self.fsync or self.backend.shared)
 
     def release_run(self, run_id: str, status: str) -> None:
         """Give back a claim whose resume could not start (the run is `status` again)."""
         with self.lock:
-            release(self.con, run_id, status)
+            release(self.backend.con, run_id, status)
 
     def close(self) -> None:
         """Write every queued run, stop the writer and close the file."""
@@ -226,14 +235,14 @@ class Store:
         """A recorded run, loaded as the same `Run` the runner returns."""
         self.flush()
         with self.lock:
-            return load_run(self, self.con, run_id, ScopeSchema(scope) if scope else None)
+            return load_run(self, self.backend.con, run_id, ScopeSchema(scope) if scope else None)
 
     def runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
         """Several recorded runs at once (one query however many), by id; ids not in the store are left
         out."""
         self.flush()
         with self.lock:
-            return load_runs(self, self.con, list(run_ids))
+            return load_runs(self, self.backend.con, list(run_ids))
 
     def resume_point(self, run_id: str) -> ResumePoint:
         """What `flow.run(..., resume=run_id)` continues: the run's final state, taken from the states
@@ -243,25 +252,25 @@ class Store:
         if known is None:
             self.flush()
             with self.lock:
-                known = self.threads.keep(run_id, replayed(self.con, run_id, self.path))
+                known = self.threads.keep(run_id, replayed(self.backend.con, run_id, self.path))
         return ResumePoint(run_id, known.pipeline, known.thread_id, known.schema, handout(known))
 
     def broken_thread(self, run_id: str, oldest: str) -> str:
         """Why a thread's state cannot be rebuilt: its oldest run here continues one that is gone."""
         with self.lock:
-            return broken_thread(self.con, run_id, oldest)
+            return broken_thread(self.backend.con, run_id, oldest)
 
     def pruned_at(self, run_id: str) -> Optional[datetime]:
         """When `prune(force=True)` removed run `run_id` (None: it was never pruned here)."""
         with self.lock:
-            return pruned_at(self.con, run_id)
+            return pruned_at(self.backend.con, run_id)
 
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
         """The conversation thread ending at a run, oldest first, with each run's committed writes
         (to top-level field `root` only, when given)."""
         self.flush()
         with self.lock:
-            return thread(self.con, run_id, root)
+            return thread(self.backend.con, run_id, root)
 
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
@@ -295,7 +304,7 @@ class Store:
         self._writable("record feedback")
         self.flush()
         with self.lock:
-            return record_feedback(self.con, run_id, verdict, path=path, score=score, note=note, by=by)
+            return record_feedback(self.backend.con, run_id, verdict, path=path, score=score, note=note, by=by)
 
     def affected(self, source: Any) -> AffectedReport:
         """Every run and value that depended on `source` (a memory id, a run id, or `kind:id` for a
@@ -337,7 +346,7 @@ class Store:
         removes those too, leaving a tombstone (`pruned_runs`) that traces crossing into them report."""
         self.flush()
         with self.lock:
-            report = prune(self.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, force=force,
+            report = prune(self.backend.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, force=force,
                            progress=progress, rebuild_indexes=not self.backend.shared)
         if report.runs and not dry_run:
             self.threads.clear()

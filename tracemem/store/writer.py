@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..errors import StoreError, TracememError
 from ..run import Run
@@ -40,11 +40,18 @@ from .background_priority import lower_this_thread
 from .backlog import BATCH_COST, MAX_COST, MAX_LAG, Backlog, Taken, cost_of, restored
 from .batch import Batch, Progress, mark_of, run_row
 from .diagnose import first_line, storage_failure
+from .retry import StillFailing, patiently
 from .segment_log import JournalError
 from .snapshots import embedding_rows
 from .switching import quick_switching
 
 RETRY_INTERVAL = 1.0  # seconds between the writer's retries once the file could not be written
+
+
+def file_failure(err: BaseException) -> Optional[str]:
+    """What is wrong with the file when `err` means it cannot be written now: a storage failure, or a
+    momentary one that lasted (store/retry.py); None when the data is at fault."""
+    return storage_failure(err) or (first_line(err) if isinstance(err, StillFailing) else None)
 
 
 class Writer:
@@ -91,29 +98,57 @@ class Writer:
         """A failure of the file itself: remembered (so the store stops accepting runs) and returned."""
         failure = StoreError(
             f"the store {self.path} stopped accepting runs: {what} failed because "
-            f"{storage_failure(err) or first_line(err)}. "
+            f"{file_failure(err) or first_line(err)}. "
             f"Runs already returned by flow.run stay queued in memory and are retried every {RETRY_INTERVAL:g} s; "
             f"free disk space (or fix the file's storage) before this process exits, or they are lost")
         failure.__cause__ = err
         return failure
 
-    def write_now(self, batch: Batch) -> None:
+    def write_now(self, build: Callable[[list[Run]], Batch], runs: Sequence[Run] = ()) -> None:
+        """Insert the batch `build(runs)` makes, as one transaction, again after a momentary failure
+        (store/retry.py): then for the runs an attempt that failed after its commit did not write, so no run
+        is ever written twice."""
+        def attempt(n: int) -> Optional[Batch]:
+            todo = list(runs)
+            if n and todo:
+                todo = self._unwritten(todo)
+                if not todo:
+                    return None
+            batch = build(todo)
+            with self.lock:
+                self.backend.insert(batch)
+            return batch
+
+        batch = patiently(attempt, self.backend.transient, self._reset)
+        if batch is not None and batch.rows["run_embeddings"]:
+            self.on_embeddings(batch.rows["run_embeddings"])  # (in memory only: cannot fail the commit made)
+
+    def _reset(self) -> None:
         with self.lock:
-            self.backend.insert(batch)
-            if batch.rows["run_embeddings"]:
-                self.on_embeddings(batch.rows["run_embeddings"])
+            self.backend.reset_writer()
+
+    def _unwritten(self, runs: list[Run]) -> list[Run]:
+        """Those of `runs` whose batch has not committed: a committed one has its runs row with its end."""
+        with self.lock:
+            done = {r for (r,) in self.backend.writer_con.execute(
+                "SELECT run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND status <> 'running'",
+                [[run.run_id for run in runs]]).fetchall()}
+        return [run for run in runs if run.run_id not in done]
 
     def write_durably(self, what: str, batch: Optional[Batch], journal: Optional[list[Any]] = None) -> None:
-        """Write a batch (or one journal row) now; a failure of the file stops the store."""
+        """Write a batch (or one journal row) now, again after a momentary failure; a failure of the file (or
+        a momentary one that lasts) stops the store."""
         self.check()
         try:
             if batch is not None:
-                self.write_now(batch)
+                self.write_now(lambda _: batch)
             else:
-                with self.lock:
-                    self.backend.journal(*journal)
+                def attempt(n: int) -> None:
+                    with self.lock:
+                        self.backend.journal(*journal)
+                patiently(attempt, self.backend.transient, self._reset)
         except Exception as err:
-            if storage_failure(err) is None:
+            if file_failure(err) is None:
                 raise
             failure = self._failed(err, what)
             self.backlog.failure = failure
@@ -182,9 +217,9 @@ class Writer:
         written again the Python way (`restored`)."""
         runs = taken.runs if runs is None else runs
         try:
-            self.write_now(self.batch_of(runs))
+            self.write_now(self.batch_of, runs)
         except BaseException as err:
-            if storage_failure(err) is not None:
+            if file_failure(err) is not None:
                 self.backlog.put_back(taken, runs, self._failed(err, f"writing {len(runs)} runs"))
                 return False
             if any(run.entries for run in runs):
@@ -206,12 +241,17 @@ class Writer:
         return batch
 
     def done(self, taken: Taken) -> None:
-        """These runs are in the tables (or given up, said in errors): forget them, and their journal."""
+        """These runs are in the tables (or given up, said in errors): forget them, and their journal. Nothing
+        here may write them again: what fails now is said by the next flush()."""
         for run in taken.runs:
             self.progress.pop(run.run_id, None)
-        if self.runlog is not None:
-            self.runlog.written([run.run_id for run in taken.runs])
-        self.backlog.written(taken)
+        try:
+            if self.runlog is not None:
+                self.runlog.written([run.run_id for run in taken.runs])
+        except Exception as err:  # noqa: BLE001 - the runs are in the tables; the journal replays none twice
+            self.errors.append(err)
+        finally:
+            self.backlog.written(taken)
         self.on_written(len(taken.runs))
 
     def _write_each(self, taken: Taken, runs: list[Run]) -> bool:
@@ -225,10 +265,10 @@ class Writer:
                 try:
                     if first is not None:
                         run.notes.append(self._loss_note(run, level, first))
-                    self.write_now(self._run_batch(run, level))
+                    self.write_now(lambda todo: self._run_batch(run, level), [run])
                 except BaseException as err:
                     del run.notes[kept:]
-                    if storage_failure(err) is not None:
+                    if file_failure(err) is not None:
                         self.backlog.put_back(taken, runs[i:], self._failed(err, f"writing run {run.run_id}"))
                         return False
                     first = first or err

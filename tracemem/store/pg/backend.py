@@ -1,9 +1,10 @@
 """The PostgreSQL backend: one database schema that any number of processes, on any number of
 machines, write at once (see store/backend.py for the seam it fills).
 
-Connections: the store's own (reads, memory, user SQL; it also holds this opening's lease)
-and the writer's (batches, the journal, recovering dead leases), so a batch being copied in
-never waits behind a query, and the other way round. There is no lock file and no PID: runs
+Connections: the store's own (reads, memory, user SQL; it also holds this opening's lease),
+the writer's (batches, the journal, recovering dead leases), so a batch being copied in
+never waits behind a query, and the other way round, and, made when first asked for, the
+user's (`store.con`), so a transaction a user leaves open never holds tracemem's up. There is no lock file and no PID: runs
 are recorded with the opening's lease, and whoever finds a lease dead recovers its runs
 (pg/lease.py).
 """
@@ -22,7 +23,8 @@ from ...errors import TracememError
 from ..batch import Batch
 from ..tables import ALL_TABLES, VIEWS
 from ..user_sql import ReadOnlySQLError
-from .connection import PgConnection, PgCursor, bind, first_line, parse_target, quote_ident, translate
+from .connection import (PgConnection, PgCursor, PgError, bind, first_line, parse_target, quote_ident,
+                         transient_failure, translate)
 from .copy import copy_table, insert_batch
 from .lease import Reaper, hold, reap
 from .memory_sql import PgMemorySQL
@@ -49,6 +51,8 @@ class PgBackend:
         self.lease = lease
         self.con = PgConnection(self.target, "store", keepalive=lease_seconds)
         self.writer: Optional[PgConnection] = None
+        self._user: Optional[PgConnection] = None
+        self._user_lock = threading.Lock()
         self.reaper: Optional[Reaper] = None
         self._types: dict[int, str] = {}
         try:
@@ -75,6 +79,18 @@ class PgBackend:
     def cursor(self) -> PgCursor:
         return self.con.cursor()
 
+    def connection(self) -> PgCursor:
+        """What one part of the store (the memory, the snapshot index) runs its SQL on: the store's own
+        connection, whose lock serializes its statements and transactions."""
+        return self.con.cursor()
+
+    def user_connection(self) -> PgConnection:
+        """A connection for the user's own SQL (`store.con`), made on first use: tracemem never uses it."""
+        with self._user_lock:
+            if self._user is None:
+                self._user = PgConnection(self.target, "user")
+            return self._user
+
     # -- writing ------------------------------------------------------------------------------
     def _writer(self) -> PgConnection:
         if self.writer is None:
@@ -86,6 +102,25 @@ class PgBackend:
 
     def insert_beside(self, batch: Batch) -> bool:
         return False  # a flush writes after the batch in flight (the writer's one connection)
+
+    @property
+    def writer_con(self) -> Optional[PgConnection]:
+        return self.writer
+
+    def transient(self, err: BaseException) -> Optional[str]:
+        return transient_failure(err)
+
+    def reset_writer(self) -> None:
+        """After a failed write: a new session if the server or network dropped the writer's, else none of its
+        transaction left open."""
+        writer = self._writer()
+        if writer.broken:
+            writer.reopen()
+        elif writer.in_transaction:
+            try:
+                writer.execute("ROLLBACK")
+            except PgError:
+                writer.reopen()
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
         self._writer().execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
@@ -199,7 +234,7 @@ class PgBackend:
     def close(self) -> None:
         if self.reaper is not None:
             self.reaper.stop()
-        for con in (self.writer, self.con):
+        for con in (self._user, self.writer, self.con):
             if con is not None:
                 try:
                     con.close()

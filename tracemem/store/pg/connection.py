@@ -33,7 +33,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 from ...errors import TracememError
 
 __all__ = ["PgConnection", "PgCursor", "PgTarget", "PgError", "translate", "bind", "parse_target", "quote_ident",
-           "first_line"]
+           "first_line", "transient_failure"]
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$\d+|\$[A-Za-z_]\w*|%")
 _BEGIN = ("BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "BEGIN READ ONLY")
@@ -116,37 +116,59 @@ class PgConnection:
 
     def __init__(self, target: PgTarget, name: str, *, keepalive: Optional[float] = None) -> None:
         self.target = target
-        options = {"application_name": f"tracemem {name}"[:63]}
+        self.options = {"application_name": f"tracemem {name}"[:63]}
         if keepalive:
             # the server ends the session of a client machine that vanished (releasing its advisory locks,
             # pg/lease.py) after about `keepalive` seconds of silence; the client notices a vanished server too
             idle, every = max(1, int(keepalive / 2)), max(1, int(keepalive / 6))
             given = conninfo_to_dict(target.conninfo).get("options") or ""
-            options.update(keepalives="1", keepalives_idle=str(idle), keepalives_interval=str(every),
-                           keepalives_count="3", options=f"{given} -c tcp_keepalives_idle={idle} "
-                           f"-c tcp_keepalives_interval={every} -c tcp_keepalives_count=3".strip())
-        try:
-            self.raw = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10, **options)
-        except psycopg.Error as err:
-            raise TracememError(f"cannot connect to {target.label}: {first_line(err)}; check the URL, that the "
-                                f"server runs and that this user may log in") from None
+            self.options.update(keepalives="1", keepalives_idle=str(idle), keepalives_interval=str(every),
+                                keepalives_count="3", options=f"{given} -c tcp_keepalives_idle={idle} "
+                                f"-c tcp_keepalives_interval={every} -c tcp_keepalives_count=3".strip())
         self.lock = threading.RLock()
         self._held = 0  # how many transactions this connection's lock is held for (0 or 1)
         self._owner: Optional[int] = None  # the thread whose transaction is open
+        self.raw = self._connect()
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            raw = psycopg.connect(self.target.conninfo, autocommit=True, connect_timeout=10, **self.options)
+        except psycopg.Error as err:
+            raise TracememError(f"cannot connect to {self.target.label}: {first_line(err)}; check the URL, that "
+                                f"the server runs and that this user may log in") from None
         for kind in ("json", "jsonb"):
-            self.raw.adapters.register_loader(kind, TextLoader)
-            self.raw.adapters.register_loader(kind, TextBinaryLoader)
-        self.raw.adapters.register_loader("numeric", FloatLoader)
-        self.raw.execute("SET TIME ZONE 'UTC'")
-        self.raw.execute(f"SET search_path TO {quote_ident(target.schema)}, public")
-        self.register_vector()
+            raw.adapters.register_loader(kind, TextLoader)
+            raw.adapters.register_loader(kind, TextBinaryLoader)
+        raw.adapters.register_loader("numeric", FloatLoader)
+        raw.execute("SET TIME ZONE 'UTC'")
+        raw.execute(f"SET search_path TO {quote_ident(self.target.schema)}, public")
+        self._register_vector(raw)
+        return raw
+
+    @property
+    def broken(self) -> bool:
+        """Whether the session is gone (the server restarted or the network dropped it)."""
+        return bool(self.raw.closed or self.raw.broken)
+
+    def reopen(self) -> None:
+        """A new session in place of a broken one (what a session held, such as advisory locks, is gone)."""
+        with self.lock:
+            try:
+                self.raw.close()
+            except psycopg.Error:
+                pass
+            self.raw = self._connect()
 
     def register_vector(self) -> None:
         """Load pgvector's `vector` as a list of floats, when the server has the extension installed."""
-        row = self.raw.execute("SELECT oid FROM pg_type WHERE typname = 'vector'").fetchone()
+        self._register_vector(self.raw)
+
+    @staticmethod
+    def _register_vector(raw: psycopg.Connection) -> None:
+        row = raw.execute("SELECT oid FROM pg_type WHERE typname = 'vector'").fetchone()
         if row is not None:
-            self.raw.adapters.register_loader(row[0], _VectorTextLoader)
-            self.raw.adapters.register_loader(row[0], _VectorBinaryLoader)
+            raw.adapters.register_loader(row[0], _VectorTextLoader)
+            raw.adapters.register_loader(row[0], _VectorBinaryLoader)
 
     # -- statements ------------------------------------------------------------------------
     def execute(self, query: str, params: Any = None, *, binary: bool = False) -> Any:
@@ -163,7 +185,7 @@ class PgConnection:
                 else:
                     cur = self.raw.execute(translate(query), bind(query, params), binary=binary)
         except BaseException as err:
-            if word in _BEGIN:
+            if word in _BEGIN or word in _END:  # (a failed COMMIT or ROLLBACK ends the transaction too)
                 self._release()
             if isinstance(err, psycopg.Error):
                 raise PgError(f"{self.target.label}: {first_line(err)}") from err
@@ -203,7 +225,10 @@ class PgConnection:
         try:
             yield self
         except BaseException:
-            self.execute("ROLLBACK")
+            try:
+                self.execute("ROLLBACK")
+            except PgError:  # (a lost session ends the transaction anyway: the first error is the one to raise)
+                pass
             raise
         self.execute("COMMIT")
 
@@ -250,6 +275,19 @@ class PgCursor:
 
     def close(self) -> None:
         """Nothing: the connection belongs to the store."""
+
+
+def transient_failure(err: BaseException) -> Optional[str]:
+    """Why `err` (or the psycopg error behind it) is momentary, worth the same write again shortly on a
+    sound session (None: it is not): the session or the server went away, a serialization failure, a
+    deadlock or a lock not available, a cancelled statement, the server short of resources for a moment."""
+    seen = err
+    while seen is not None and not isinstance(seen, psycopg.Error):
+        seen = seen.__cause__
+    if isinstance(seen, (psycopg.OperationalError, psycopg.InterfaceError,  # SQLSTATE classes 08, 40, 53, 55, 57
+                         psycopg.errors.InFailedSqlTransaction)):
+        return f"{type(seen).__name__}: {first_line(seen)}"
+    return None
 
 
 def first_line(err: BaseException) -> str:
