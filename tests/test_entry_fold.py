@@ -188,7 +188,7 @@ def test_a_batch_of_journaled_runs_is_one_call_to_duckdb(tmp_path):
         class Counting:  # the connection, counting what is sent to it
             def __getattr__(self, name: str):
                 calls.append(name)
-                return getattr(store.backend.con, name)
+                return getattr(store.backend.writer_con, name)
         batch.insert(Counting(), store.backend.fold)
         assert calls == ["execute"]
         assert store.sql("SELECT count(*) FROM runs WHERE input LIKE '%it''s q%'").fetchall() == [(3,)]
@@ -196,5 +196,5 @@ def test_a_batch_of_journaled_runs_is_one_call_to_duckdb(tmp_path):
 
 def test_the_fold_sql_of_no_entries_folds_nothing(tmp_path):
     with Store(str(tmp_path / "e.duckdb")) as store:
-        store.backend.con.execute(store.backend.fold.sql([], "BEGIN TRANSACTION; ", "COMMIT"))
+        store.backend.writer_con.execute(store.backend.fold.sql([], "BEGIN TRANSACTION; ", "COMMIT"))
         assert store.sql("SELECT count(*) FROM runs").fetchall() == [(0,)]

@@ -21,6 +21,9 @@ journal on a file; `step_journal` rows elsewhere, after the runs row is written 
 the run starts); reopening after a crash replays the journal and marks such a run
 `interrupted`.
 
+The writer has a connection of its own (the backend's `writer_con`), which nothing else uses. A write
+that fails for a moment (a conflict, a busy call, a dropped session) is made again, whole (store/retry.py);
+a batch that committed is never written again, even when the answer to its commit was lost.
 Nothing one run holds can stop the others: a batch that fails on a value is written
 run by run (store/batch.py makes values storable first, noting each change on its
 run); a run that still fails is written without its extra rows, or as its runs row
@@ -104,7 +107,11 @@ class Writer:
         failure.__cause__ = err
         return failure
 
-    def write_now(self, build: Callable[[list[Run]], Batch], runs: Sequence[Run] = ()) -> None:
+    def write_now(self, batch: Batch) -> None:
+        """Insert a batch as one transaction, again after a momentary failure (store/retry.py)."""
+        self._insert(lambda _: batch)
+
+    def _insert(self, build: Callable[[list[Run]], Batch], runs: Sequence[Run] = ()) -> None:
         """Insert the batch `build(runs)` makes, as one transaction, again after a momentary failure
         (store/retry.py): then for the runs an attempt that failed after its commit did not write, so no run
         is ever written twice."""
@@ -141,7 +148,7 @@ class Writer:
         self.check()
         try:
             if batch is not None:
-                self.write_now(lambda _: batch)
+                self.write_now(batch)
             else:
                 def attempt(n: int) -> None:
                     with self.lock:
@@ -217,7 +224,7 @@ class Writer:
         written again the Python way (`restored`)."""
         runs = taken.runs if runs is None else runs
         try:
-            self.write_now(self.batch_of, runs)
+            self._insert(self.batch_of, runs)
         except BaseException as err:
             if file_failure(err) is not None:
                 self.backlog.put_back(taken, runs, self._failed(err, f"writing {len(runs)} runs"))
@@ -265,7 +272,7 @@ class Writer:
                 try:
                     if first is not None:
                         run.notes.append(self._loss_note(run, level, first))
-                    self.write_now(lambda todo: self._run_batch(run, level), [run])
+                    self._insert(lambda todo: self._run_batch(run, level), [run])
                 except BaseException as err:
                     del run.notes[kept:]
                     if file_failure(err) is not None:
