@@ -25,6 +25,12 @@ from tracemem.models import ScriptedModel
 from tracemem.store import Store
 
 
+class Approval(BaseModel):
+    """The answer a person gives; a resume checks it before anything is committed (a typo leaves the run paused)."""
+
+    approved: bool
+
+
 class Refund(BaseModel):
     order: str
     complaint: str
@@ -45,8 +51,9 @@ def propose(scope: Refund, ctx: StageContext) -> None:
 
 def approve(scope: Refund, ctx: StageContext) -> None:
     """A human approves or declines: the run pauses here until they answer."""
-    decision = ctx.interrupt({"order": scope.order, "amount": scope.amount, "reason": scope.reason})
-    scope.approved = bool(decision["approved"])
+    decision = ctx.interrupt({"order": scope.order, "amount": scope.amount, "reason": scope.reason},
+                             expect=Approval)
+    scope.approved = decision.approved
 
 
 def pay(scope: Refund) -> None:

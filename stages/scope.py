@@ -7,10 +7,11 @@ typed (`tracemem.models.Message`); runs stored when it held plain
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel
 
+from tracemem import PerTurn
 from tracemem.models import Message, ToolCall
 
 
@@ -25,5 +26,6 @@ class AgentScope(BaseModel):
     snapshot: str = ""  # past-run context from load_snapshot
     prompt: str = ""  # the assembled system prompt
     prompt_id: str = ""
-    pending_tool_calls: list[ToolCall] = []  # the tool calls the model's latest reply asked for (tool_agent)
+    # the tool calls the model's latest reply asked for (tool_agent); a thread's next turn starts without them
+    pending_tool_calls: Annotated[list[ToolCall], PerTurn] = []
     answer: str = ""

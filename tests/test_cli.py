@@ -120,8 +120,8 @@ def test_runs_table_and_json(db):
     code, out = cli("runs", "--db", db["path"])
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject",
-                                "error", "degraded"]
+    assert lines[0].split() == ["run_id", "pipeline", "kind", "status", "started_at", "duration_ms", "steps",
+                                "subject", "error", "degraded"]
     for run_id in db["runs"] + [db["failed"], db["outer"]]:
         assert run_id in out
     assert db["child"] not in out  # subflow children are listed under their parent

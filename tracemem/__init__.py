@@ -27,19 +27,20 @@ flowchart LR
 5. `run.py`: the `Run` the runner returns and `store.run(id)` loads back.
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
-from .errors import (ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError, RunCancelled,
-                     RunFailed, ScopeReadError, ScopeWriteError, StageError, StageTimeout, StoreError, TracememError,
-                     UsageError)
+from .errors import (AnswerError, ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError,
+                     RunCancelled, RunFailed, ScopeReadError, ScopeWriteError, StageError, StageTimeout, StoreError,
+                     TracememError, UsageError)
 from .flow.context import StageContext
 from .flow.decide import decide
 from .flow.pipeline import Flow, Pipeline
 from .flow.replay import ReplayModel
 from .record import Decision, Read, Step, Write
 from .run import Run
+from .scope.schema import PerTurn
 
 __all__ = [
-    "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "Pipeline", "PipelineError", "Read",
-    "ReplayModel", "ResumeError", "Run", "RunCancelled", "RunFailed", "ScopeReadError", "ScopeWriteError",
+    "AnswerError", "Decision", "Flow", "ForkConflictError", "LoopLimitError", "PathError", "PerTurn", "Pipeline",
+    "PipelineError", "Read", "ReplayModel", "ResumeError", "Run", "RunCancelled", "RunFailed", "ScopeReadError", "ScopeWriteError",
     "StageContext", "StageError", "StageTimeout", "Step", "StoreError", "TracememError", "UsageError", "Write",
     "decide",
 ]

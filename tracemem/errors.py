@@ -15,6 +15,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── StageTimeout         a stage ran past its `.then(fn, timeout=...)` (also a TimeoutError)
     ├── RunFailed            a run ended failed; `.run` is the recorded run
     ├── ResumeError          a run cannot be resumed or forked as asked (`flow.resume`, `flow.fork`)
+    │   └── AnswerError      a resume's answer does not fit the pause's `expect=` (the run stays paused)
     ├── RunCancelled         a streamed run was stopped before its next step (recorded `interrupted`)
     ├── ModelError           a chat model call failed (tracemem.models)
     ├── ReplayMissError      a replayed call asked what the record never did, with no live model (flow.replay)
@@ -125,6 +126,11 @@ class RunFailed(TracememError):
 class ResumeError(TracememError):
     """A run cannot be resumed or forked as asked: it is not paused, another flow version recorded it,
     another process is resuming it, or the step to fork from does not fit; the message says which."""
+
+
+class AnswerError(ResumeError, ValueError):
+    """A resume's answer does not have the shape its pause declared (`expect=`): nothing was committed and
+    the run is still paused, so resuming it again with a valid answer continues it."""
 
 
 class RunCancelled(TracememError):

@@ -91,6 +91,7 @@ class Run:
     span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
     without: frozenset[str] = LEAVES_NOTHING_OUT  # sources ("kind:id") a counterfactual run leaves out
     counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
+    kind = "run"  # "run", or how it was started from another: "fork", "replay" (a replaying fork), "counterfactual"
     resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
     entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
     # that hold its steps, reads and writes in their place (store/backlog.queued)

@@ -52,12 +52,7 @@ def open_store(args: argparse.Namespace, write: bool = False) -> Any:
 
 def resolve_run(store: Any, ref: str) -> str:
     """A full run id from a unique prefix (people copy the first 8 characters)."""
-    rows = store.sql("SELECT run_id FROM runs WHERE starts_with(run_id, ?) LIMIT 3", [ref]).fetchall()
-    if not rows:
-        raise TracememError(f"no run '{ref}' in {store.path}; list them with `tracemem runs`")
-    if len(rows) > 1:
-        raise TracememError(f"run prefix '{ref}' is ambiguous ({', '.join(r[0] for r in rows)}…); give more characters")
-    return rows[0][0]
+    return store.resolve_run_id(ref)
 
 
 def wants_json(args: argparse.Namespace) -> bool:

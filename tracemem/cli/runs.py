@@ -16,6 +16,9 @@ def setup_runs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help="only runs of this pipeline")
     p.add_argument("--status", help="only runs with this status (ok, failed, paused, interrupted, running)")
     p.add_argument("--subject", help="only runs for this subject")
+    p.add_argument("--kind", choices=("run", "fork", "replay", "counterfactual"),
+                   help="only runs of this kind (--status paused lists the runs waiting for a person: no "
+                        "counterfactuals unless --kind counterfactual)")
     p.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default 20)")
 
 
@@ -33,11 +36,15 @@ def setup_show(p: argparse.ArgumentParser) -> None:
 
 def cmd_runs(args: argparse.Namespace, out: Any) -> None:
     with open_store(args) as store:
-        rows = store.runs(pipeline=args.pipeline, status=args.status, subject=args.subject, limit=args.limit)
+        rows = store.runs(pipeline=args.pipeline, status=args.status, subject=args.subject, limit=args.limit,
+                          kind=args.kind)
     if wants_json(args):
         print(to_json(rows), file=out)
         return
-    cols = ["run_id", "pipeline", "status", "started_at", "duration_ms", "steps", "subject", "error", "degraded"]
+    for r in rows:  # a fork names where it came from
+        r["kind"] = r["kind"] if r["kind"] == "run" else f"{r['kind']} of {r['forked_from_run_id'][:8]}@{r['forked_from_step']}"
+    cols = ["run_id", "pipeline", "kind", "status", "started_at", "duration_ms", "steps", "subject", "error",
+            "degraded"]
     if any(r.get("pending") is not None for r in rows):  # paused runs: what each asks
         cols.append("pending")
     print(table(cols, [[r[c] for c in cols] for r in rows], width=50), file=out)
@@ -57,7 +64,7 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
                          ("trace id", run.trace_id), ("parent run", run.parent_run_id),
                          ("continues run", run.continues), ("asks", json.dumps(run.pending) if run.paused else None),
                          ("forked from", run.forked_from_run_id and
-                          f"run {run.forked_from_run_id} after step {run.forked_from_step}"),
+                          f"run {run.forked_from_run_id} after step {run.forked_from_step} (a {run.kind})"),
                          ("duration", f"{duration:.2f} ms" if duration is not None else None)):
         if value:
             print(f"  {label}: {value}", file=out)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 from ..errors import TracememError
 from ..ids import new_id
 from ..scope.tracked import unwrap
+from .answers import check_answer, expect_ref
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
 from ..masking import credentials
@@ -78,22 +79,27 @@ class StageContext:
         """Leave the innermost loop after this stage (recorded as a 'break' decision)."""
         self._rec.break_reason = reason or "break_loop() called"
 
-    def interrupt(self, payload: Any = None) -> Any:
+    def interrupt(self, payload: Any = None, *, expect: Any = None) -> Any:
         """Pause the run for a human and return their answer.
 
         The first time, the run ends with status `paused` and `run.pending == payload` (JSON-able).
-        `flow.resume(run, answer)` re-enters this stage from its start, and this call returns `answer`.
-        Work before the call is done again on re-entry, except model calls through `ctx.complete`,
-        which are answered from the record: put other side effects after it (see `flow/interrupt.py`)."""
+        `flow.resume(run, answer)` re-enters this stage from its start, and this call returns `answer`,
+        validated as `expect` when given (a class importable by module and name: a pydantic model, a
+        dataclass, `bool`, ...; a resume checks the answer before anything is committed, and a bad one
+        leaves the run paused, see flow/answers.py). Work before the call is done again on re-entry,
+        except model calls and recorded effects, which are answered from the record (flow/interrupt.py)."""
         if self._answers is None:
             raise TracememError(
                 f"ctx.interrupt() in fork branch '{self.stage}' (run {self.run_id}): fork branches run together "
                 f"and commit together, so one cannot pause alone; ask in a stage before or after the fork")
+        ref = expect_ref(expect)
         asked, self._asked = self._asked, self._asked + 1
         if asked < len(self._answers):
-            return self._answers[asked].answer
+            given = self._answers[asked]
+            return given.answer if expect is None else check_answer(
+                expect, given.answer, given.payload, f"stage '{self.stage}' of run {self.run_id}")
         json_text(payload)  # refused now if it cannot be recorded
-        self._rec.pause = Pause(payload, self.stage, "interrupt", self.step)
+        self._rec.pause = Pause(payload, self.stage, "interrupt", self.step, expect=ref)
         raise PauseSignal(f"stage '{self.stage}' paused run {self.run_id} for an answer (ctx.interrupt)")
 
     @property

@@ -5,7 +5,8 @@ which tool it is calling, which branch was taken, and when the run is over. Thes
 events carry exactly that, as they happen, for any flow:
 
     RunStarted → StepStarted → TokenDelta … / ToolCallEvent (requested) … → ToolCallEvent (finished,
-    a tool step) → StepFinished (its writes) → DecisionEvent (a decider) → … → RunFinished | RunFailedEvent
+    a tool step) → StepFinished (its writes) → DecisionEvent (a decider) → … → RunFinished | RunPaused
+    | RunFailedEvent
 
 `EventFeed` makes them: it is a `Sink` (run started, step finished with its writes and
 decision, run ended) plus the runner's two live hooks, a step beginning and a model
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .spec import StageSpec
 
 __all__ = ["RunStarted", "StepStarted", "StepFinished", "TokenDelta", "ToolCallEvent", "DecisionEvent",
-           "RunFinished", "RunFailedEvent", "FlowEvent", "EventFeed"]
+           "RunFinished", "RunPaused", "RunFailedEvent", "FlowEvent", "EventFeed"]
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,22 @@ class RunFailedEvent:
     kind: Literal["run_failed"] = "run_failed"
 
 
+@dataclass(frozen=True)
+class RunPaused:
+    """The run paused for a person: `pending` is what it asks (the `ctx.interrupt` payload), `stage` where it
+    continues, `expect` the answer's declared type (import path; None: any JSON). `flow.resume(run_id, answer)`
+    continues it, in this process or another."""
+
+    run_id: str
+    stage: Optional[str]
+    pending: Any
+    expect: Optional[str]
+    run: "Run" = field(compare=False, repr=False)
+    kind: Literal["run_paused"] = "run_paused"
+
+
 FlowEvent = Union[RunStarted, StepStarted, StepFinished, TokenDelta, ToolCallEvent, DecisionEvent, RunFinished,
-                  RunFailedEvent]
+                  RunPaused, RunFailedEvent]
 
 
 def _arguments(value: Any) -> Optional[dict[str, Any]]:
@@ -197,5 +212,8 @@ class EventFeed:
             return
         if run.status == "ok":
             self.emit(RunFinished(run.run_id, run.status, run))
+        elif run.status == "paused":
+            at = run.resume_at or {}
+            self.emit(RunPaused(run.run_id, at.get("stage"), run.pending, at.get("expect"), run))
         else:
             self.emit(RunFailedEvent(run.run_id, run.status, run.error, run))

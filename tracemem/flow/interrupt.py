@@ -6,14 +6,15 @@ committed) and ends the run with status `paused`, the payload in `run.pending`.
 `flow.resume(run, answer)` re-enters that stage, and this time `ctx.interrupt` returns
 the answer (the n-th call in the stage returns the n-th answer the stage was given,
 so a stage may ask several questions, one pause each). A declared pause point,
-`.then(fn, pause_before=True)`, pauses before the stage begins instead.
+`.then(fn, pause_before=True)`, pauses before the stage begins instead. Either may
+declare the answer's type (`expect=`, flow/answers.py): a resume checks it first.
 
 The rule for side effects (as in LangGraph): a stage that paused **re-runs from its
 start** when resumed. Its writes before the pause were never committed, so nothing is
-written twice; its model calls before the pause (`ctx.complete`) are answered from the
-record, so the model is not called again. Anything else it did before `ctx.interrupt`
-— an HTTP POST, an e-mail — happens again: do such things after the interrupt, or in
-a later stage.
+written twice; its model calls (`ctx.complete`) and recorded effects (tools,
+`ctx.effect`) before the pause are answered from the record, so neither the model nor
+the outside world is called again. Anything else it did before `ctx.interrupt` — an
+HTTP POST not made through `ctx.effect` — happens again.
 """
 from __future__ import annotations
 
@@ -57,12 +58,15 @@ class Pause:
     kind: PauseKind
     step: Optional[int] = None  # the paused step (None for `before`)
     child_run_id: Optional[str] = None  # `subflow`: the child run that paused
+    expect: Optional[str] = None  # the answer's type, by import path (flow/answers.py)
 
     def record(self, pc: Optional[int]) -> dict[str, Any]:
-        """`runs.resume_at`: where and how the run continues."""
+        """`runs.resume_at`: where and how the run continues (and what its answer must be)."""
         out: dict[str, Any] = {"stage": self.stage, "kind": self.kind, "step": self.step, "pc": pc}
         if self.child_run_id is not None:
             out["child_run_id"] = self.child_run_id
+        if self.expect is not None:
+            out["expect"] = self.expect
         return out
 
 

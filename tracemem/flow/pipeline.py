@@ -35,6 +35,7 @@ from ..record import ResumePoint
 from ..run import Run
 from .program import Program
 from .events import FlowEvent
+from .answers import expect_ref
 from .interrupt import NO_ANSWER
 from .resume import fork_execution, resume_execution
 from .runner import Execution
@@ -64,14 +65,18 @@ class Pipeline(Generic[S]):
 
     def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
              description: Optional[str] = None, tool: bool = False, pause_before: bool = False,
-             timeout: Optional[float] = None) -> "Pipeline[S]":
+             expect: Any = None, timeout: Optional[float] = None) -> "Pipeline[S]":
         """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next; `pause_before=True` pauses the run
-        before it begins (`flow.resume` continues it, `ctx.answer` holds the answer). With `timeout` (seconds),
+        before it begins (`flow.resume` continues it, `ctx.answer` holds the answer, validated as `expect`
+        when given: a bad answer is refused and the run stays paused). With `timeout` (seconds),
         a stage still running after it fails its step with `StageTimeout` (see tracemem/flow/timeout.py: an
         async stage is cancelled; a sync one runs in a worker thread that is abandoned, its later writes
         discarded)."""
         spec = stage_spec(fn, id=id, name=name, description=description, tool=tool, timeout=timeout)
-        spec.pause_before = pause_before
+        if expect is not None and not pause_before:
+            raise PipelineError(f"stage '{spec.id}': expect= declares the answer of a pause_before=True point; "
+                                f"a stage that asks with ctx.interrupt(...) passes expect= to it")
+        spec.pause_before, spec.expect = pause_before, expect_ref(expect)
         self.nodes.append(StageNode(spec))
         return self
 
@@ -214,7 +219,8 @@ class Flow(Generic[S]):
                resume: Any = None) -> Iterator[FlowEvent]:
         """Run and yield typed events as they happen (`tracemem.flow.events`): run started, step started,
         model token deltas, tool calls, step finished (with its writes), decisions, run finished or failed
-        (a failed run ends the stream with `RunFailedEvent`; nothing is raised for it). Leaving the loop
+        (a failed run ends the stream with `RunFailedEvent`, a paused one with `RunPaused` carrying what it asks;
+        nothing is raised for either). Leaving the loop
         early stops the run before its next step and records it `interrupted`, everything so far kept."""
         return stream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
                           self.program.has_async)

@@ -42,11 +42,12 @@ class Position:
     last: int = 0  # the number of the last step driven over
 
 
-def locate(program: Program, run: "Run", upto: Optional[int] = None) -> Position:
-    """Drive `program` over `run`'s steps (those numbered ≤ `upto`; all when None)."""
-    steps = [s for s in run.steps if upto is None or s.step <= upto]
+def locate(program: Program, run: "Run", upto: Optional[int] = None, start: Optional[Position] = None) -> Position:
+    """Drive `program` over `run`'s steps (those numbered ≤ `upto`; all when None) from `start` (a fork's:
+    where its source stood after the step it was forked after; its own `edit` step is not a stage)."""
+    steps = [s for s in run.steps if (upto is None or s.step <= upto) and s.kind != "edit"]
     decisions = {d.step: d for d in run.decisions}
-    pos = Position(0)
+    pos = start or Position(0)
     ins_list, i = program.ins, 0
     while i < len(steps):
         if pos.pc >= len(ins_list):

@@ -21,12 +21,13 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping, Optional, TYPE_CHECKING, Union
 
-from ..errors import PathError, ResumeError, ScopeReadError, ScopeWriteError, TracememError
+from ..errors import PathError, ResumeError, RunNotFoundError, ScopeReadError, ScopeWriteError, TracememError
 from ..ids import new_id
 from ..run import Run
 from ..scope.paths import parse_path
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.view import new_view
+from .answers import check_answer
 from .context import ReadOnlyArgs
 from .interrupt import NO_ANSWER, Answer, Delivery, json_text
 from .position import initial_scope, locate, scope_at
@@ -138,10 +139,11 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
     _check(program, run)
     if run.status == "running":  # refused by the claim, which says who has it
         _claim(run, store)
-    pos = locate(program, run)
+    pos = locate(program, run, start=_fork_start(program, run, store or run.store))
     given = answer is not NO_ANSWER
     if given:
         json_text(answer)
+        _check_answer(program, run, answer, store)
     paused = pos.paused
     asked = run.status == "paused" or paused is not None
     if not asked and given:
@@ -186,6 +188,43 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
     return exe
 
 
+def _fork_start(program: Program, run: Run, store: Any) -> Optional["Position"]:
+    """Where a fork began in the program: its source run's place after the step it was forked after
+    (None for a run that is not a fork)."""
+    if run.forked_from_run_id is None:
+        return None
+    if store is None:
+        raise ResumeError(f"run {run.run_id} is a fork of run {run.forked_from_run_id}; resuming it needs store=... "
+                          f"(where both are recorded) to find where it began")
+    try:
+        source = store.run(run.forked_from_run_id)
+    except RunNotFoundError as gone:
+        raise ResumeError(f"run {run.run_id} is a fork of run {run.forked_from_run_id}, so continuing it needs that "
+                          f"run's record to find where the fork began in the flow: {gone}") from None
+    start = locate(program, source, run.forked_from_step, start=_fork_start(program, source, store))
+    start.loops.last_decision.clear()  # as fork_execution began it: those decisions are the source's steps
+    return start
+
+
+def _check_answer(program: Program, run: Run, answer: Any, store: Any) -> None:
+    """Refuse an answer that does not fit what the pause expects, before anything is claimed or committed
+    (a pause inside a subflow: what the child's pause expects)."""
+    at = run.resume_at or {}
+    while at.get("kind") == "subflow" and at.get("child_run_id"):
+        child = next((c for c in run.children if c.run_id == at["child_run_id"]), None)
+        if child is None and store is None:
+            return
+        index = program.ids.get(at.get("stage"))
+        if index is not None and program.ins[index].op == "subflow":
+            program = program.ins[index].node.flow.program
+        run = child if child is not None else store.run(at["child_run_id"])
+        at = run.resume_at or {}
+    if at.get("expect"):
+        asker = next((s for s in program.specs if s.id == at.get("stage")), None)
+        check_answer(at["expect"], answer, run.pending, f"run {run.run_id} (paused at stage '{at.get('stage')}')",
+                     home=getattr(asker.fn, "__module__", None) if asker is not None else None)
+
+
 def _release(run: Run, store: Any, status: str) -> None:
     """Undo a claim when the resume could not start."""
     run.status = status
@@ -206,7 +245,7 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
         raise ResumeError(f"run {source.run_id} is a run of '{source.pipeline}', not of '{program.name}'; fork "
                           f"it with that flow")
     after = _step_number(source, after_step)
-    pos = locate(program, source, after)
+    pos = locate(program, source, after, start=_fork_start(program, source, store or source.store))
     data, _ = scope_at(program, source, after)
     edit = _edit_spec(program, data, dict(edits or {}))
     exe = Execution(program, None, env=env, store=store, subject=subject or source.subject, sinks=sinks)
@@ -216,6 +255,7 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
     run.store, run.tools = store, program.tools
     run.forked_from_run_id, run.forked_from_step = source.run_id, after
     run.without, run.counterfactual = frozenset(str(w) for w in without), counterfactual
+    run.kind = "counterfactual" if counterfactual is not None else "replay" if replay else "fork"
     pos.loops.last_decision.clear()  # the decisions that routed here are steps of the original run
     _restore(exe, program, run, data, {}, pos, dict(data))
     exe.prelude = edit

@@ -12,9 +12,8 @@ a run streams (`flow.stream`), its event feed (the run stops before its next ste
 its reader leaves, flow/streaming.py); with a store's `fsync=True` under durability
 "stage", the store, which makes the stage before it power-loss safe (store/store_sink.py).
 
-A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a
-recorded run (scope, step numbers, iteration counts, loops, the instruction to
-continue at) and this module carries on from there, the same way.
+A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a recorded
+run (scope, step numbers, iteration counts, loops, where to continue) and it carries on.
 
 One coroutine runs every flow. A flow with no async stage is driven without an
 event loop (the coroutine never suspends, so `run()` costs no asyncio set-up); a
@@ -28,6 +27,7 @@ import asyncio
 import os
 import threading
 import time
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
@@ -39,6 +39,7 @@ from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
 from ..scope.view import new_view
+from .answers import check_answer
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .events import EventFeed
 from .interrupt import Delivery, Pause
@@ -204,6 +205,9 @@ class Execution(ParallelSteps, SubflowSteps):
             begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
             for i, answer in enumerate(begun.answers):
                 begun.rec.add_row("human_inputs", answer.row(self.run.run_id, begun.rec.step, i))
+            if spec.expect is not None and begun.answers:  # a pause_before point's answer, as its declared type
+                a = begun.answers[0]
+                begun.answers = [replace(a, answer=check_answer(spec.expect, a.answer, a.payload, f"stage '{spec.id}'"))]
         return begun
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
@@ -294,7 +298,7 @@ class Execution(ParallelSteps, SubflowSteps):
         spec: StageSpec = ins.spec  # type: ignore[assignment]
         if spec.pause_before:
             if self.gate != pc:
-                raise Paused(Pause({"before": ins.id}, str(ins.id), "before"), pc)
+                raise Paused(Pause({"before": ins.id}, str(ins.id), "before", expect=spec.expect), pc)
             self.gate = -1  # answered: pass once
         begun = self._begin(ins, spec, "stage")
         try:

@@ -24,6 +24,18 @@ from .unwritable import refused, surrogate_error
 _NOT_VALIDATED = object()
 
 
+class _PerTurn:
+    """Marks a scope field as belonging to one turn of a conversation thread: `Annotated[list[str], PerTurn]`.
+    A run that continues another (`flow.run(..., resume=previous)`) starts such a field from its default
+    instead of carrying the previous turn's value over (a turn's pending tool calls, its refund requests)."""
+
+    def __repr__(self) -> str:
+        return "PerTurn"
+
+
+PerTurn = _PerTurn()
+
+
 def _is_secret_annotation(ann: Any) -> bool:
     if ann in (SecretStr, SecretBytes):
         return True
@@ -84,6 +96,10 @@ class ScopeSchema:
             if _is_secret_annotation(info.annotation)
             or (isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("secret"))
         )
+        self.per_turn = frozenset(  # fields a conversation's next turn starts afresh (PerTurn)
+            name for name, info in model.model_fields.items()
+            if any(m is PerTurn for m in info.metadata)
+            or (isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("per_turn")))
         self._adapters: dict[str, TypeAdapter] = {}
         self.validators: dict[str, Callable[[Any], Any]] = {}  # filled by `validator`
         self._sub_adapters: dict[Any, TypeAdapter | None] = {}
@@ -201,9 +217,11 @@ class ScopeSchema:
         return text if not rest else text[:-1] + ("," if len(text) > 2 else "") + f'"$partial":{json.dumps(rest)}' + "}"
 
     def resume(self, base: dict[str, Any], inputs: Any, pipeline: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Starting scope of a run that continues an earlier one: its final state plus `inputs`."""
+        """Starting scope of a run that continues an earlier one: its final state plus `inputs`, per-turn
+        fields back at their defaults (recorded as part of the input, so a replay of the thread agrees)."""
         given = inputs.model_dump(exclude_unset=True) if isinstance(inputs, BaseModel) else dict(inputs or {})
-        delta: dict[str, Any] = {}
+        delta: dict[str, Any] = {name: self.model.model_fields[name].get_default(call_default_factory=True)
+                                 for name in self.per_turn if name not in given}
         for name, value in given.items():
             if name not in self.field_set:
                 raise TracememError(f"run input for pipeline '{pipeline}' has unknown field '{name}'; "

@@ -38,7 +38,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
              ("parent_step", I), ("pid", I), ("host", S), ("subject", S), ("query", S), ("trace_id", S),
              ("continues_run_id", S), ("degraded", S), ("duration_ms", F), ("pending", J), ("resume_at", J),
              ("forked_from_run_id", S), ("forked_from_step", I), ("span_id", S), ("counterfactual", J),
-             ("thread_id", S), ("lease", S), ("notes", pa.list_(S))],
+             ("thread_id", S), ("lease", S), ("notes", pa.list_(S)), ("kind", S)],
     "steps": [("run_id", S), ("step", I), ("stage", S), ("name", S), ("kind", S), ("iteration", I),
               ("status", S), ("error", S), ("started_at", NS), ("ended_at", NS), ("routed_by", I),
               ("child_run_id", S), ("logs", pa.list_(S)), ("duration_ms", F)],
@@ -64,6 +64,9 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "tool_calls": [("run_id", S), ("step", I), ("call_id", S), ("name", S), ("arguments", J), ("arguments_text", S),
                    ("result", S), ("error", S), ("error_kind", S), ("truncated", pa.bool_()), ("original_chars", I),
                    ("started_at", NS), ("duration_ms", F)],
+    "effects": [("run_id", S), ("step", I), ("idx", I), ("kind", S), ("name", S), ("input_hash", S),
+                ("idempotency_key", S), ("mode", S), ("source_run_id", S), ("source_step", I), ("result", J),
+                ("error", S), ("started_at", NS), ("duration_ms", F)],
 }
 DERIVED = {t: frozenset({"duration_ms"}) for t in ("runs", "steps", "model_calls")}  # computed by `Batch.insert`,
 # never part of a row tuple (a tool call's duration_ms is measured around the tool, so it is given)
@@ -95,7 +98,7 @@ def run_row(run: Run, lease: Optional[str] = None) -> tuple:
             run.input_json, run.output_json, run.parent_run_id, run.parent_step, _pid, _HOST,
             run.subject, run.query, run.trace_id, run.continues, run.degraded, json_text(run.pending),
             json_text(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, json_text(run.counterfactual),
-            run.thread_id, lease, list(run.notes) or None)
+            run.thread_id, lease, list(run.notes) or None, run.kind)
 
 
 def padded_run_row(row: Sequence[Any]) -> tuple:

@@ -18,19 +18,27 @@ from typing import Any, Optional
 from ..dbmeta import first_row
 from ..times import utc_naive
 
-_COLUMNS = ("r.run_id, r.pipeline, r.status, r.error, r.degraded, r.started_at, r.ended_at, "
-            "round(r.duration_ms, 3) AS duration_ms, r.subject, r.parent_run_id, r.pending, r.forked_from_run_id")
+_COLUMNS = ("r.run_id, r.pipeline, coalesce(r.kind, 'run') AS kind, r.status, r.error, r.degraded, r.started_at, "
+            "r.ended_at, round(r.duration_ms, 3) AS duration_ms, r.subject, r.parent_run_id, r.pending, "
+            "r.forked_from_run_id, r.forked_from_step")
 
 
 def list_runs(con: Any, *, pipeline: Optional[str] = None, status: Optional[str] = None,
               since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
-              limit: int = 100, include_children: bool = False) -> list[dict[str, Any]]:
-    """Run summaries with their step counts, newest first, filtered (naive datetimes are UTC)."""
+              limit: int = 100, include_children: bool = False, kind: Optional[str] = None) -> list[dict[str, Any]]:
+    """Run summaries with their step counts, newest first, filtered (naive datetimes are UTC). Paused runs
+    (`status="paused"`) are the runs waiting for a person: a counterfactual that stopped at a pause waits for
+    no one, so it is listed only when asked for by `kind="counterfactual"`."""
     where, params = [], []
     for column, value in (("pipeline", pipeline), ("status", status), ("subject", subject)):
         if value is not None:
             where.append(f"r.{column} = ?")
             params.append(value)
+    if kind is not None:
+        where.append("coalesce(r.kind, 'run') = ?")
+        params.append(kind)
+    elif status == "paused":
+        where.append("coalesce(r.kind, 'run') <> 'counterfactual'")
     if since is not None:
         where.append("r.started_at >= ?")
         params.append(utc_naive(since))

@@ -97,7 +97,8 @@ _READ: dict[str, tuple[str, list[str], str, str]] = {  # table → (key column, 
     "runs": ("run_id", ["run_id", "pipeline", "pipeline_hash", "status", "error", "epoch_ns(started_at)",
                         "epoch_ns(ended_at)", "input", "output", "parent_run_id", "parent_step", "subject", "query",
                         "trace_id", "continues_run_id", "thread_id", "degraded", "pending", "resume_at",
-                        "forked_from_run_id", "forked_from_step", "span_id", "counterfactual", "notes"], "NULL", "NULL"),
+                        "forked_from_run_id", "forked_from_step", "span_id", "counterfactual", "notes", "kind"],
+             "NULL", "NULL"),
     "children": ("parent_run_id", ["run_id", "parent_run_id"], "NULL", "epoch_ns(started_at)"),
     "steps": ("run_id", ["step", "stage", "name", "kind", "iteration", "status", "error", "epoch_ns(started_at)",
                          "epoch_ns(ended_at)", "routed_by", "child_run_id", "logs"], "step", "NULL"),
@@ -209,7 +210,7 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
     out: dict[str, Run] = {}
     for (run_id, pipeline, phash, status, error, started, ended, input_json, output_json, parent, parent_step,
          subject, query, trace_id, continues, thread_id, degraded, pending, resume_at, forked_from, forked_step,
-         span_id, counterfactual, notes, *_) in heads:
+         span_id, counterfactual, notes, kind, *_) in heads:
         run = Run(run_id=run_id, pipeline=pipeline, pipeline_hash=phash,
                   schema=schema or known_scopes.find(phash, pipeline), input_json=input_json,
                   started_at=started, subject=subject, parent_run_id=parent, parent_step=parent_step)
@@ -221,6 +222,7 @@ def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSc
         run.forked_from_run_id, run.forked_from_step = forked_from, forked_step
         run.counterfactual = json.loads(counterfactual) if counterfactual is not None else None
         run.without = frozenset((run.counterfactual or {}).get("without", ()))
+        run.kind = kind or "run"
         if run_id in records:
             records[run_id].give(run)
         out[run_id] = run
@@ -262,8 +264,29 @@ class Record:
 
 
 def load_run(store: Any, con: Any, run_id: str, schema: Optional[ScopeSchema]) -> Run:
-    """Run `run_id` with every row it recorded (and its child runs); `store` is kept as its loader."""
+    """Run `run_id` (or the one run whose id starts with it) with every row it recorded (and its child runs);
+    `store` is kept as its loader."""
     run = load_runs(store, con, [run_id], schema).get(run_id)
     if run is None:
-        raise RunNotFoundError(f"no run '{run_id}' in {store.path}; list runs with `tracemem runs` or store.runs()")
+        run_id = resolve_run_id(con, run_id, store.path)
+        run = load_runs(store, con, [run_id], schema)[run_id]
     return run
+
+
+def resolve_run_id(con: Any, ref: str, where: str) -> str:
+    """The full id of the one run whose id is `ref` or starts with it (people copy the first 8 characters);
+    RunNotFoundError saying whether it was pruned, or that the prefix is ambiguous."""
+    rows = [r[0] for r in con.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id "
+                                      "LIMIT 3", [ref]).fetchall()]
+    if len(rows) == 1:
+        return rows[0]
+    if rows:
+        raise RunNotFoundError(f"run id prefix '{ref}' is ambiguous in {where} ({', '.join(rows)}…); give more "
+                               f"characters")
+    gone = con.execute("SELECT run_id, max(pruned_at) FROM pruned_runs WHERE starts_with(run_id, ?) "
+                       "GROUP BY run_id LIMIT 2", [ref]).fetchall()
+    if len(gone) == 1:
+        raise RunNotFoundError(f"run {gone[0][0]} was pruned from {where} at {gone[0][1]:%Y-%m-%d %H:%M:%S} UTC "
+                               f"(store.prune); its record is gone, so it cannot be loaded or resumed")
+    raise RunNotFoundError(f"no run '{ref}' in {where} (a full run id or a unique prefix of one); list runs with "
+                           f"`tracemem runs` or store.runs()")

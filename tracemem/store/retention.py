@@ -22,6 +22,9 @@ from .citations import CITATIONS
 from .tables import ALL_TABLES, RUN_TABLES, VIEWS
 
 
+IN_FLIGHT = "waiting (paused or interrupted: resume it, or prune with force=True)"
+
+
 @dataclass
 class PruneReport:
     """What `prune` removed (or would remove, with dry_run) and what it kept on purpose."""
@@ -123,12 +126,17 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
         SELECT * FROM tree""")
     report = PruneReport(dry_run=dry_run)
     evidence = protected(con)
+    # a run waiting for a person (paused), or one a crash left to be continued (interrupted), is work in
+    # flight, not history: kept unless force=True (counterfactual runs never wait for anyone)
+    in_flight = [] if force else [r[0] for r in con.execute(
+        "SELECT r.run_id FROM runs r JOIN _prune_roots p ON p.run_id = r.run_id "
+        "WHERE r.status IN ('paused', 'interrupted') AND r.counterfactual IS NULL").fetchall()]
     if force:
         report.forced = sorted(evidence)
     else:
-        report.kept_why = dict(sorted(evidence.items()))
+        report.kept_why = dict(sorted({**evidence, **{r: IN_FLIGHT for r in in_flight}}.items()))
         report.kept_cited = sorted(evidence)
-        con.execute("DELETE FROM _prune_tree WHERE root IN (SELECT unnest(?::VARCHAR[]))", [report.kept_cited])
+        con.execute("DELETE FROM _prune_tree WHERE root IN (SELECT unnest(?::VARCHAR[]))", [list(report.kept_why)])
     report.runs = [r[0] for r in con.execute("SELECT run_id FROM _prune_tree ORDER BY run_id").fetchall()]
     if not report.runs:
         return report
@@ -157,9 +165,8 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
                 progress(i + 1, len(order))
         report.rows = {t: report.rows[t] for t in RUN_TABLES}
         if not dry_run:
-            if report.forced:  # what kept evidence still names: traces crossing into it say "pruned"
-                con.execute("INSERT INTO pruned_runs SELECT run_id, ? FROM _prune_tree "
-                            "WHERE root IN (SELECT unnest(?::VARCHAR[]))", [utc_now(), report.forced])
+            # a tombstone per removed run: a trace crossing into one, or a resume of one, says "pruned"
+            con.execute("INSERT INTO pruned_runs SELECT run_id, ? FROM _prune_tree", [utc_now()])
             con.execute("COMMIT")
     except BaseException:
         if not dry_run:

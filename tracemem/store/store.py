@@ -45,7 +45,7 @@ from .claims import claim, release
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .listing import list_runs
-from .load import load_run, load_runs, thread
+from .load import load_run, load_runs, resolve_run_id, thread
 from .registry import caller, open_stores
 from .retention import PruneReport, prune, pruned_at
 from .signals import install_sigterm_flush
@@ -232,10 +232,17 @@ class Store:
         known_scopes.add_name(pipeline, ScopeSchema(scope))
 
     def run(self, run_id: str, *, scope: Optional[type[BaseModel]] = None) -> Run:
-        """A recorded run, loaded as the same `Run` the runner returns."""
+        """A recorded run (by its id, or a unique prefix of it), loaded as the same `Run` the runner returns."""
         self.flush()
         with self.lock:
             return load_run(self, self.backend.con, run_id, ScopeSchema(scope) if scope else None)
+
+    def resolve_run_id(self, ref: str) -> str:
+        """The full id of the run whose id is `ref` or starts with it; RunNotFoundError says whether it was
+        pruned, or that the prefix is ambiguous."""
+        self.flush()
+        with self.lock:
+            return resolve_run_id(self.con, ref, self.path)
 
     def runs_by_id(self, run_ids: list[str]) -> dict[str, Run]:
         """Several recorded runs at once (one query however many), by id; ids not in the store are left
@@ -274,12 +281,13 @@ class Store:
 
     def runs(self, *, pipeline: Optional[str] = None, status: Optional[str] = None,
              since: Optional[datetime] = None, until: Optional[datetime] = None, subject: Optional[str] = None,
-             limit: int = 100, include_children: bool = False) -> list[dict[str, Any]]:
+             limit: int = 100, include_children: bool = False, kind: Optional[str] = None) -> list[dict[str, Any]]:
         """Run summaries with their step counts, newest first, filtered (naive datetimes are UTC, as run
-        times are stored)."""
+        times are stored); `kind` is "run", "fork", "replay" or "counterfactual". `status="paused"` lists the
+        runs waiting for a person, so counterfactuals (which never wait) only with `kind="counterfactual"`."""
         self.flush()
         return list_runs(self._cursor(), pipeline=pipeline, status=status, since=since, until=until,
-                         subject=subject, limit=limit, include_children=include_children)
+                         subject=subject, limit=limit, include_children=include_children, kind=kind)
 
     def similar_runs(self, pipeline: str, query: str, *, embedder: Any = None, top_k: int = 1,
                      min_score: float = 0.7, exclude: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:

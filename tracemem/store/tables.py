@@ -15,7 +15,7 @@ from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -116,7 +116,7 @@ V8_MIGRATION: list[str] = [
 
 RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "prompts", "prompt_sections",
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",
-              "human_inputs", "tool_calls")
+              "human_inputs", "tool_calls", "effects")
 
 # Version 9 (issue 21, big stores and long threads):
 # - runs.thread_id: the first run of the conversation thread a run continues (NULL for a run that continues
@@ -149,9 +149,24 @@ V10_MIGRATION: list[str] = [
     "ALTER TABLE runs ADD COLUMN notes VARCHAR[]",
 ]
 
+# Version 11 (side effects): what kind of run a run is (a run, a fork, a replaying fork, a counterfactual),
+# and every side effect a step made (a tool call, an effect stage, `ctx.effect`): run live or replayed from
+# the record, with the idempotency key it was given.
+RUN_KINDS = ("run", "fork", "replay", "counterfactual")
+EFFECTS_DDL = """CREATE TABLE effects (
+    run_id VARCHAR, step INTEGER, idx INTEGER, kind VARCHAR, name VARCHAR, input_hash VARCHAR,
+    idempotency_key VARCHAR, mode VARCHAR, source_run_id VARCHAR, source_step INTEGER, result JSON,
+    error VARCHAR, started_at TIMESTAMP_NS, duration_ms DOUBLE)"""
+V11_MIGRATION: list[str] = [
+    "ALTER TABLE runs ADD COLUMN kind VARCHAR",
+    "UPDATE runs SET kind = CASE WHEN counterfactual IS NOT NULL THEN 'counterfactual' "
+    "WHEN forked_from_run_id IS NOT NULL THEN 'fork' ELSE 'run' END",
+    EFFECTS_DDL,
+]
+
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
                                     6: V6_MIGRATION, 7: V7_MIGRATION, 8: V8_MIGRATION, 9: V9_MIGRATION,
-                                    10: V10_MIGRATION}
+                                    10: V10_MIGRATION, 11: V11_MIGRATION}
 
 ALL_TABLES = RUN_TABLES + ("pruned_runs", "memories", "memory_events", "tracemem_meta")
 VIEWS = ("suspect_runs",)  # derived from the tables, never stored

@@ -38,8 +38,15 @@ class Counterfactual:
     live_calls: int  # model calls whose request changed, sent to a model
     replayed_calls: int  # model calls answered from the record
     basis: str = BASIS
+    outcome: str = "ok"  # how the counterfactual run ended: ok, failed, or paused (it never waits for a person)
+    paused_at: Optional[str] = None  # paused: the stage it stopped at (a question, or an effect not in the record)
 
     def __str__(self) -> str:
+        if self.outcome == "paused":
+            return (f"without {self.without}, the run stopped at stage '{self.paused_at}', which asks a person (or "
+                    f"would repeat a side effect the record does not hold), so {self.path} is not known: "
+                    f"{json.dumps(self.before, default=str)} → unknown (counterfactual run {self.run_id}, paused; "
+                    f"{self.live_calls} live and {self.replayed_calls} replayed model call(s))")
         verdict = "changes" if self.changed else "does not change"
         return (f"without {self.without}, {self.path} {verdict}: {json.dumps(self.before, default=str)} → "
                 f"{json.dumps(self.after, default=str)} (counterfactual run {self.run_id}, {self.live_calls} live "
@@ -92,8 +99,10 @@ def counterfactual(run: RunRecord, path: str, without: Any, *, flow: Any, model:
     before, now = _value(run, path), _value(fork, path)
     calls = fork.rows.get("model_calls", [])
     replayed = sum(1 for c in calls if c.get("replayed"))
-    return Counterfactual(path, source, before, now, before != now, fork.run_id, after,
-                          len(calls) - replayed, replayed)
+    paused = fork.status == "paused"
+    return Counterfactual(path, source, before, None if paused else now, not paused and before != now, fork.run_id,
+                          after, len(calls) - replayed, replayed, outcome=fork.status,
+                          paused_at=(fork.resume_at or {}).get("stage") if paused else None)
 
 
 def _value(run: "RunRecord", path: str) -> Any:

@@ -189,7 +189,18 @@ V9: list[str] = [
 # runs.lease is PostgreSQL's from its first version (V1); the file gains it here
 V10: list[str] = ["ALTER TABLE runs ADD COLUMN IF NOT EXISTS lease text", "ALTER TABLE runs ADD COLUMN notes text[]"]
 
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9, 10: V10}
+V11: list[str] = [
+    "ALTER TABLE runs ADD COLUMN kind text",
+    "UPDATE runs SET kind = CASE WHEN counterfactual IS NOT NULL THEN 'counterfactual' "
+    "WHEN forked_from_run_id IS NOT NULL THEN 'fork' ELSE 'run' END",
+    """CREATE TABLE effects (
+        run_id text, step integer, idx integer, kind text, name text, input_hash text, idempotency_key text,
+        mode text, source_run_id text, source_step integer, result json, error text, started_at timestamp,
+        duration_ms double precision)""",
+    "CREATE INDEX effects_run ON effects (run_id)",
+]
+
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9, 10: V10, 11: V11}
 
 
 def memory_ddl(vector: str) -> list[str]:
