@@ -1,7 +1,8 @@
 """Fixtures for running tests against both backends: a real PostgreSQL server for the session, a fresh
 schema per test, and `store_factory`, parametrised over ["duckdb", "postgres"].
 
-Import them into a test module: `from pg_fixtures import pg_server, pg_url, store_factory  # noqa: F401`.
+Import them into a test module: `from pg_fixtures import pg_server, pg_url, store_factory  # noqa: F401`
+(`pg_reader_url`: the same store as a login that may only read it, which read-only SQL needs).
 
 The server is started from the `pgserver` package's binaries (PostgreSQL 16 with pgvector; `make
 install` installs it) or a system PostgreSQL (tracemem/store/pg/local.py says where it looks), in a
@@ -54,6 +55,29 @@ def pg_server() -> Iterator[Any]:
 def pg_url(pg_server: Any) -> str:
     """A URL naming a fresh schema (one per test) in the session's database."""
     return pg_server.url("tracemem_tests") + f"?schema=t_{uuid.uuid4().hex[:12]}"
+
+
+def reader_login(server: Any, url: str) -> str:
+    """A URL of `url`'s store that logs in as a new role holding only the store's reader role (what read-only
+    SQL needs): the store is opened for writing once first, which creates that role."""
+    import psycopg
+
+    from tracemem.store import Store
+    from tracemem.store.pg.connection import parse_target
+    from tracemem.store.pg.reader import reader_role
+
+    Store(url).close()
+    schema = parse_target(url).schema
+    login = f"reader_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server.url("tracemem_tests"), autocommit=True) as con:
+        con.execute(f'CREATE ROLE {login} LOGIN IN ROLE {reader_role("tracemem_tests", schema)}')
+    return url.replace("postgresql://postgres@", f"postgresql://{login}@", 1)
+
+
+@pytest.fixture
+def pg_reader_url(pg_server: Any, pg_url: str) -> str:
+    """`pg_url`'s store, as a login that may only read it (see `reader_login`)."""
+    return reader_login(pg_server, pg_url)
 
 
 class StoreFactory:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel
 
-from pg_fixtures import pg_server, pg_url, store_factory  # noqa: F401
+from pg_fixtures import pg_server, pg_url, reader_login, store_factory  # noqa: F401
 from stages.demo import SESSIONS, SUBJECT, build_flow, models
 from tracemem import Pipeline, RunFailed, TracememError, decide
 from tracemem.store import SCHEMA_VERSION
@@ -256,13 +256,18 @@ def test_prune_keeps_what_memories_cite_and_export_writes_parquet(store_factory,
     assert os.path.exists(tmp_path / "out" / "suspect_runs.parquet")
 
 
-def test_read_only_sql_cannot_change_the_store(store_factory):
+def test_read_only_sql_cannot_change_the_store(store_factory, request):
+    from tracemem.store import Store
     from tracemem.store.user_sql import ReadOnlySQLError
 
     writer = store_factory()
     flow().run({"question": "keep me"}, store=writer)
     writer.close()
-    reader = store_factory(read_only=True)
+    if store_factory.kind == "postgres":  # read-only SQL needs a login that may only read (store/pg/reader.py)
+        reader = Store(reader_login(request.getfixturevalue("pg_server"), store_factory.location), read_only=True)
+        store_factory.opened.append(reader)
+    else:
+        reader = store_factory(read_only=True)
     assert reader.sql("SELECT count(*) FROM runs").fetchall() == [(1,)]
     with pytest.raises(ReadOnlySQLError):
         reader.sql("DELETE FROM runs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from pg_fixtures import pg_server, pg_url, store_factory  # noqa: F401
+from pg_fixtures import pg_server, pg_url, reader_login, store_factory  # noqa: F401
 from stages.cli import main
 from stages.demo import SESSIONS, SUBJECT, build_flow, models
 from tracemem.store import Store
@@ -22,7 +22,7 @@ def record_demo(store: Store) -> list:
     return [flow.run({"question": q, "turn_id": t}, store=store, subject=SUBJECT, env=env) for t, q in SESSIONS]
 
 
-def test_every_read_command_takes_a_postgresql_url(pg_url, tmp_path):
+def test_every_read_command_takes_a_postgresql_url(pg_server, pg_url, tmp_path):
     with Store(pg_url) as store:
         runs = record_demo(store)
     wrong = runs[-1].run_id
@@ -32,9 +32,10 @@ def test_every_read_command_takes_a_postgresql_url(pg_url, tmp_path):
     assert code == 0 and "call_model" in out
     code, out = cli("backtrack", wrong[:8], "answer", "--db", pg_url)
     assert code == 0 and "365 days" in out
-    code, out = cli("sql", "SELECT count(*) AS n FROM runs", "--db", pg_url, "--json")
+    reader = reader_login(pg_server, pg_url)  # read-only SQL runs as a login that may only read
+    code, out = cli("sql", "SELECT count(*) AS n FROM runs", "--db", reader, "--json")
     assert code == 0 and json.loads(out) == [{"n": 3}]
-    code, out = cli("sql", "DELETE FROM runs", "--db", pg_url)
+    code, out = cli("sql", "DELETE FROM runs", "--db", reader)
     assert code == 1
     code, out = cli("memories", "--db", pg_url, "--json")
     assert code == 0 and any("365 days" in m["text"] for m in json.loads(out))
@@ -66,7 +67,7 @@ def test_copy_duckdb_to_postgres_and_back_keeps_ids_and_cross_run_backtracking(p
                   for t in ("runs", "steps", "writes", "reads", "memories", "memory_events", "prompt_sections")}
     code, out = cli("copy", source, pg_url)
     assert code == 0 and "copied 3 run(s)" in out, out
-    with Store(pg_url, read_only=True) as fleet:
+    with Store(pg_url) as fleet:  # (a superuser's session: full SQL needs a writable Store)
         assert str(fleet.backtrack(runs[-1].run_id, "answer")) == before
         for table, n in counts.items():
             assert fleet.sql(f"SELECT count(*) FROM {table}").fetchall()[0][0] == n, table
@@ -118,7 +119,7 @@ def test_the_readme_two_workers_share_one_database(pg_url, tmp_path):
     code, out = cli("runs", "--db", pg_url, "--json")
     runs = json.loads(out)
     assert code == 0 and len(runs) == 6 and {r["status"] for r in runs} == {"ok"}
-    with Store(pg_url, read_only=True) as store:
+    with Store(pg_url) as store:
         continued = store.sql("SELECT count(*) FROM runs WHERE continues_run_id IS NOT NULL").fetchall()[0][0]
         assert continued >= 4  # every turn after a worker's first resumed the thread
         assert store.memory.list("dana")

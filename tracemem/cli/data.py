@@ -20,6 +20,8 @@ def setup_sql(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write", action="store_true",
                    help="allow changes and full SQL (default: read-only); warns when the memories table changes, "
                         "since such a change leaves no memory_events trail")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="stop a read-only query that runs longer (default 60)")
 
 
 def setup_memories(p: argparse.ArgumentParser) -> None:
@@ -57,14 +59,16 @@ def _changes_data(query: str) -> bool:
 
 
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
-    from ..store.user_sql import ReadOnlySQLError
+    from ..store.user_sql import QueryTimeout, ReadOnlySQLError, interrupted
 
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout takes a number of seconds > 0 (e.g. 60), got {args.timeout:g}")
     with open_store(args, write=args.write) as store:
         # DuckDB cannot name the tables of an UPDATE or DELETE before running it (get_table_names refuses
         # them), so a write is checked by what it did: the memories table before and after
         before = _memories_state(store) if args.write and _changes_data(args.query) else None
         try:
-            rel = store.sql(args.query)
+            rel = store.sql(args.query, timeout=args.timeout)
         except ReadOnlySQLError as err:
             raise TracememError(f"tracemem sql is read-only: {err.refused}. Use --write to change the store "
                                 f"or run SQL with full access") from None
@@ -78,6 +82,8 @@ def cmd_sql(args: argparse.Namespace, out: Any) -> None:
         try:  # DuckDB runs a query lazily: a conversion or runtime error surfaces here
             cols, rows = rel.columns, rel.fetchall()
         except duckdb.Error as err:
+            if interrupted(err):
+                raise QueryTimeout(args.timeout) from None
             raise TracememError(f"SQL error: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     if wants_json(args):
         print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
@@ -95,10 +101,12 @@ def cmd_memories(args: argparse.Namespace, out: Any) -> None:
         where.append("subject = ?")
         params.append(args.subject)
     clause = ("WHERE " + " AND ".join(where)) if where else ""
+    from ..store.own_sql import own_rows
+
     with open_store(args) as store:
-        rel = store.sql("SELECT memory_id, subject, text, confidence, review_state, valid_from, valid_until, "
-                        f"source_run_id, source_step, source_ref FROM memories {clause} ORDER BY created_at", params)
-        cols, rows = rel.columns, rel.fetchall()
+        cols, rows = own_rows(store, "SELECT memory_id, subject, text, confidence, review_state, valid_from, "
+                              f"valid_until, source_run_id, source_step, source_ref FROM memories {clause} "
+                              "ORDER BY created_at", params)
     if wants_json(args):
         print(to_json([dict(zip(cols, r)) for r in rows]), file=out)
     else:

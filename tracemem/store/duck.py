@@ -176,9 +176,10 @@ class DuckBackend:
         return None  # this process is the file's only writer: the index learns of new rows as it writes them
 
     # -- reading -----------------------------------------------------------------------------
-    def sql(self, query: str, params: Any = None) -> Optional[duckdb.DuckDBPyRelation]:
+    def sql(self, query: str, params: Any = None, timeout: Optional[float] = None
+            ) -> Optional[duckdb.DuckDBPyRelation]:
         if self.user_sql is not None:
-            return self.user_sql.sql(query, params)
+            return self.user_sql.sql(query, params, timeout)
         try:
             with self.write_lock:  # a write statement runs here: never inside the claim's unsynced commit (claims.py)
                 return self.cursor().sql(query, params=params)

@@ -219,13 +219,14 @@ class Store:
     def _cursor(self) -> Any:
         return self.backend.cursor()
 
-    def sql(self, query: str, params: Any = None) -> Any:
+    def sql(self, query: str, params: Any = None, *, timeout: Optional[float] = None) -> Any:
         """The rows of a query: a DuckDB relation, or on PostgreSQL a result with the same methods
         (`.fetchall()`, `.columns`, `.df()`, `.arrow()`); None for a statement that returns nothing.
-        On a read-only store the SQL is fenced: DuckDB runs it in a locked-down instance
-        (store/user_sql.py), PostgreSQL as one statement in a READ ONLY transaction."""
+        On a read-only store the SQL is fenced and stopped after `timeout` seconds (60 by default): DuckDB
+        runs it in a locked-down instance (store/user_sql.py), PostgreSQL as the store's reader role in a
+        READ ONLY transaction (store/pg/reader.py)."""
         self.flush()
-        return self.backend.sql(query, params)
+        return self.backend.sql(query, params, timeout)
 
     def register_scope(self, pipeline: str, scope: type[BaseModel]) -> None:
         """Tell tracemem which scope model a pipeline uses, so its loaded runs rebuild it."""

@@ -20,6 +20,11 @@ one process with another configuration is refused ("different configuration"). T
 fence is a second instance that attaches the file, rather than settings on the store's own
 connection: that one keeps its full rights for tracemem's own work (loading runs, `export` writing
 Parquet) and is never handed user SQL. DuckDB's parser only picks the words of a refusal.
+
+A query has a time limit (`DEFAULT_TIMEOUT` unless the caller gives one): DuckDB has no statement
+timeout, so a timer calls `interrupt()` on the query's cursor when it runs out, whether DuckDB is
+still planning it or the caller is fetching its rows; the next query on that cursor starts a new one.
+PostgreSQL's fence (store/pg/reader.py) sets `statement_timeout` instead.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ CREATE_CONFIG = {"autoload_known_extensions": "false", "autoinstall_known_extens
                  "allow_persistent_secrets": "false", "allow_community_extensions": "false",
                  "temp_directory": ""}
 RESERVED_CATALOGS = ("memory", "system", "temp")
+DEFAULT_TIMEOUT = 60.0  # seconds a read-only query may run (both backends)
 
 
 class ReadOnlySQLError(TracememError):
@@ -45,6 +51,20 @@ class ReadOnlySQLError(TracememError):
         self.refused = refused
         super().__init__(f"Store('{label}', read_only=True).sql() is read-only: {refused}; "
                          f"open Store('{label}') to run SQL with full access")
+
+
+class QueryTimeout(TracememError):
+    """A query ran past its time limit and the database stopped it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"the query ran longer than {seconds:g} s and was stopped; narrow it (a WHERE, a LIMIT) "
+                         f"or allow more time")
+
+
+def interrupted(err: BaseException) -> bool:
+    """Whether a DuckDB error is the interrupt a time limit sent."""
+    return isinstance(err, duckdb.InterruptException)
 
 
 class UserSQL:
@@ -58,21 +78,44 @@ class UserSQL:
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._local = threading.local()
         self._closed = False
+        self._timers: dict[int, threading.Timer] = {}  # per cursor: the time limit of its latest query
 
-    def sql(self, query: str, params: Any = None) -> Optional[duckdb.DuckDBPyRelation]:
-        """A relation over the store's tables (None for a statement that returns nothing)."""
+    def sql(self, query: str, params: Any = None, timeout: Optional[float] = None) -> Optional[duckdb.DuckDBPyRelation]:
+        """A relation over the store's tables (None for a statement that returns nothing), interrupted after
+        `timeout` seconds (DEFAULT_TIMEOUT) whether still planning or being fetched."""
         cursor = self._cursor()
+        seconds = timeout or DEFAULT_TIMEOUT
+        self._arm(cursor, seconds)
         try:
             return cursor.sql(query, params=params)
         except duckdb.Error as err:
+            if interrupted(err):
+                raise QueryTimeout(seconds) from None
             refused = refusal(query, err)
             if refused is not None:
                 raise ReadOnlySQLError(refused, self.label) from None
             raise TracememError(f"SQL error: {_first_line(err)}") from None
 
+    def _arm(self, cursor: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        """Stop this thread's previous query's timer and start one for the next."""
+        timer = self._timers.pop(id(cursor), None)
+        if timer is not None:
+            timer.cancel()
+        timer = self._timers[id(cursor)] = threading.Timer(seconds, _interrupt, [cursor])
+        timer.daemon = True
+        timer.start()
+
+    def interrupt(self) -> None:
+        """Stop every query running on this instance now (from any thread)."""
+        with self._lock:
+            for cursor in self._cursors:
+                _interrupt(cursor)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            for timer in list(self._timers.values()):
+                timer.cancel()
             for cursor in self._cursors:
                 cursor.close()
             if self._con is not None:
@@ -93,6 +136,13 @@ class UserSQL:
             cursor = self._local.cursor = self._con.cursor()
             self._cursors.append(cursor)
         return cursor
+
+
+def _interrupt(cursor: duckdb.DuckDBPyConnection) -> None:
+    try:
+        cursor.interrupt()
+    except duckdb.Error:  # closed meanwhile: nothing runs on it
+        pass
 
 
 def fenced(path: str) -> duckdb.DuckDBPyConnection:

@@ -22,12 +22,13 @@ import pyarrow.parquet as pq
 from ...errors import TracememError
 from ..batch import Batch
 from ..tables import ALL_TABLES, VIEWS
-from ..user_sql import ReadOnlySQLError
+from ..user_sql import DEFAULT_TIMEOUT, QueryTimeout, ReadOnlySQLError
 from .connection import (PgConnection, PgCursor, PgError, bind, first_line, parse_target, quote_ident,
                          transient_failure, translate)
 from .copy import copy_table, insert_batch
 from .lease import Reaper, hold, reap
 from .memory_sql import PgMemorySQL
+from .reader import ReaderRefused, check_session, run_read_only
 from .result import ARROW_TYPES, SQLResult
 from .schema import embedding_type, open_pg_schema, set_pg_meta
 
@@ -55,6 +56,7 @@ class PgBackend:
         self._user_lock = threading.Lock()
         self.reaper: Optional[Reaper] = None
         self._types: dict[int, str] = {}
+        self._reader: Optional[str] = None  # the role read-only SQL runs as, once checked
         try:
             with lock:
                 open_pg_schema(self.con, self.label, read_only, log)
@@ -135,26 +137,24 @@ class PgBackend:
         return follow
 
     # -- reading ------------------------------------------------------------------------------
-    def sql(self, query: str, params: Any = None) -> Optional[SQLResult]:
-        """User SQL: on a read-only store, one statement in a READ ONLY transaction that is rolled back."""
+    def sql(self, query: str, params: Any = None, timeout: Optional[float] = None) -> Optional[SQLResult]:
+        """User SQL: on a read-only store, as the store's reader role in a READ ONLY transaction with a time
+        limit (store/pg/reader.py)."""
         text = query if params is None else translate(query)
         args = None if params is None else bind(query, params)
         con = self.con
         try:
-            with con.lock:
-                if self.read_only:
-                    con.execute("BEGIN READ ONLY")
-                    try:  # prepared: the extended protocol runs exactly one statement
-                        cur = con.raw.execute(text, args, prepare=True)
-                        rows = cur.fetchall() if cur.description is not None else []
-                    finally:
-                        con.execute("ROLLBACK")
-                else:
+            if self.read_only:
+                cur, rows = run_read_only(con, self._reader_role(), text, args, timeout or DEFAULT_TIMEOUT)
+            else:
+                with con.lock:
                     cur = con.raw.execute(text, args)
                     rows = cur.fetchall() if cur.description is not None else []
         except psycopg.errors.ReadOnlySqlTransaction:
             raise ReadOnlySQLError("the store cannot be changed (a read-only transaction)", self.label) from None
-        except psycopg.errors.InsufficientPrivilege as err:
+        except psycopg.errors.QueryCanceled:
+            raise QueryTimeout(timeout or DEFAULT_TIMEOUT) from None
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ActiveSqlTransaction) as err:
             if self.read_only:
                 raise ReadOnlySQLError(f"refused by the server ({first_line(err)})", self.label) from None
             raise TracememError(f"SQL error: {first_line(err)}") from None
@@ -166,6 +166,15 @@ class PgBackend:
             return None
         return SQLResult([d.name for d in cur.description], self._type_names([d.type_code for d in cur.description]),
                          [tuple(r) for r in rows])
+
+    def _reader_role(self) -> str:
+        """The role read-only SQL runs as, once this session is found fit for it (store/pg/reader.py)."""
+        if self._reader is None:
+            try:
+                self._reader = check_session(self.con)
+            except ReaderRefused as err:
+                raise ReadOnlySQLError(str(err), self.label) from None
+        return self._reader
 
     def _type_names(self, oids: list[int]) -> list[str]:
         missing = [o for o in oids if o not in self._types]

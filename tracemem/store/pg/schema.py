@@ -13,7 +13,8 @@ wrote a row (crash recovery, pg/lease.py; `runs.lease` too, here from the start)
 and indexes for lookups by run.
 
 A few DuckDB functions that tracemem's shared SQL and the README recipes use are created in
-the store's schema (`COMPAT`), so one query text runs on both.
+the store's schema (`COMPAT`), so one query text runs on both. Setting up a schema also sets up
+the role read-only SQL runs as (pg/reader.py).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ...errors import TracememError
 from ..suspect import SUSPECT_VIEW_DDL
 from ..tables import FORMAT, SCHEMA_VERSION
 from .connection import PgConnection, first_line, quote_ident
+from .reader import grant_reader
 
 __all__ = ["PG_MIGRATIONS", "open_pg_schema", "create_pg", "set_pg_meta", "embedding_type", "SCHEMA_LOCK"]
 
@@ -284,12 +286,16 @@ def open_pg_schema(con: PgConnection, label: str, read_only: bool, log: Callable
     con.execute("SELECT pg_advisory_lock(?, hashtext(?))", [SCHEMA_LOCK, schema])
     try:
         with con.transaction():
-            con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            if con.execute("SELECT 1 FROM pg_namespace WHERE nspname = ?", [schema]).fetchone() is None:
+                con.execute(f'CREATE SCHEMA "{schema}"')  # (only then: it needs CREATE on the database)
             if not _tables(con):
                 create_pg(con, vector=vector)
                 log(f"created a tracemem store in {label}")
-                return SCHEMA_VERSION
-            return _check(con, label, schema, read_only=False, log=log)
+                version = SCHEMA_VERSION
+            else:
+                version = _check(con, label, schema, read_only=False, log=log)
+        grant_reader(con, log)  # the role read-only SQL runs as (store/pg/reader.py), under the same lock
+        return version
     finally:
         con.execute("SELECT pg_advisory_unlock(?, hashtext(?))", [SCHEMA_LOCK, schema])
 
