@@ -57,10 +57,15 @@ def recall(*, query_from: str = "question", into: str = "memories", receipt_into
                 "excluded_out_of_window": result.excluded_out_of_window, "recall_floor": result.recall_floor,
                 "no_match": result.no_match, "receipt": result.receipt(),
             })
-        ctx.span("search_memory", attributes={
-            "gen_ai.operation.name": "search_memory", "tracemem.memory.records": len(records),
-            "tracemem.memory.mode": result.mode, "tracemem.memory.excluded": result.excluded_total,
-            "tracemem.memory.degraded": result.degraded}, start_ns=started, end_ns=ended)
+        # a retrieval span: the query and each document's text go out only when the exporter captures content
+        ctx.span("retrieval", attributes={
+            "gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "memory", "gen_ai.request.top_k": limit,
+            "gen_ai.retrieval.query.text": query,
+            "gen_ai.retrieval.documents": [{"id": r["memory_id"], "score": r["score"], "content": r["text"]}
+                                           for r in records],
+            "tracemem.memory.records": len(records), "tracemem.memory.mode": result.mode,
+            "tracemem.memory.excluded": result.excluded_total, "tracemem.memory.degraded": result.degraded},
+            start_ns=started, end_ns=ended)
 
     recall_memories.__name__ = recall_memories.__qualname__ = "recall"
     return recall_memories

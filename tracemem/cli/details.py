@@ -1,5 +1,6 @@
-"""What `tracemem show RUN` prints on request, in full: model and tool calls (`--calls`), assembled prompts section
-by section (`--prompts`) and step logs (`--logs`); and the same as JSON for `--json`.
+"""What `tracemem show RUN` prints on request, in full: model calls with the exact messages they sent and tool calls
+(`--calls`), assembled prompts section by section (`--prompts`) and step logs (`--logs`); and the same as JSON for
+`--json`.
 
 The default view of `show` is a summary that fits a screen; these parts are long by nature (a whole
 reply, a whole prompt), so they are printed uncut, indented under a one-line header each.
@@ -34,8 +35,36 @@ def summary_line(run: Run) -> Optional[str]:
     return f"{shown}: see them with --calls, --prompts, --logs (or --full)" if shown else None
 
 
-def calls_text(run: Run) -> str:
-    """Every model call of the run, with its whole reply."""
+def _message_lines(message: dict[str, Any]) -> list[str]:
+    """One sent message: its role (and the tool call it answers), its text, the tool calls it asked for."""
+    role = str(message.get("role") or "?")
+    head = f"    [{role}]" + (f" (result of {message['tool_call_id']})" if message.get("tool_call_id") else "")
+    content = message.get("content")
+    text = content if isinstance(content, str) or content is None else json.dumps(content, ensure_ascii=False)
+    lines = [head] + ([_indented(text, "      ")] if text else [])
+    for c in message.get("tool_calls") or ():
+        fn = c.get("function") or {}
+        lines.append(f"      asks for tool {fn.get('name')}({fn.get('arguments')}) [{c.get('id')}]")
+    return lines
+
+
+def _request_lines(request: Any) -> list[str]:
+    """The exact request a call sent (store/requests.py): system instructions, messages, tools offered."""
+    if request is None or not request.recorded:
+        return ["  sent: (not recorded: the call predates exact requests, or was recorded without one)"]
+    out = [f"  sent: {len(request.system)} system, {len(request.messages)} messages"
+           + (f", tools {', '.join(str((t.get('function') or t).get('name')) for t in request.tools)}"
+              if request.tools else "") + (f", options {json.dumps(request.options)}" if request.options else "")]
+    for message in [*request.system, *request.messages]:
+        out.extend(_message_lines(message))
+    if request.missing:
+        out.append(f"  not in the store: {', '.join(request.missing)}")
+    return out
+
+
+def calls_text(run: Run, requests: Optional[dict[str, Any]] = None) -> str:
+    """Every model call of the run, with the messages it sent (`requests`: `store.requests(run)`) and its whole
+    reply."""
     stages, out = _stages(run), []
     for call in run.rows.get("model_calls", []):
         tokens = f", {call.get('input_tokens')} → {call.get('output_tokens')} tokens" \
@@ -47,6 +76,8 @@ def calls_text(run: Run) -> str:
                    + (f", prompt {call['prompt_id']}" if call.get("prompt_id") else ""))
         if call.get("error"):
             out.append(f"  error: {call['error']}")
+        if requests is not None:
+            out.extend(_request_lines(requests.get(call.get("call_id"))))
         out.append("  reply:")
         out.append(_indented(call.get("response")))
         asked = call.get("tool_calls")
@@ -94,8 +125,18 @@ def _times(row: dict[str, Any]) -> dict[str, Any]:
     return {k: iso_ns(v) if isinstance(v, int) and k.endswith("_at") else v for k, v in row.items()}
 
 
-def run_json(run: Run, output: Any, final_state: Any) -> dict[str, Any]:
-    """`show --json`: the whole run, every time as an ISO 8601 UTC string (as `runs --json` prints them)."""
+def _call_json(call: dict[str, Any], requests: dict[str, Any]) -> dict[str, Any]:
+    request = requests.get(call.get("call_id"))
+    out = _times(call)
+    if request is not None and request.recorded:
+        out["request"] = {"system": request.system, "messages": request.messages, "tools": request.tools,
+                          "options": request.options, "missing": list(request.missing)}
+    return out
+
+
+def run_json(run: Run, output: Any, final_state: Any, requests: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """`show --json`: the whole run, every time as an ISO 8601 UTC string (as `runs --json` prints them); each
+    model call with the exact request it sent (`requests`: `store.requests(run)`)."""
     return {
         "run_id": run.run_id, "pipeline": run.pipeline, "pipeline_hash": run.pipeline_hash, "status": run.status,
         "error": run.error, "degraded": run.degraded, "subject": run.subject, "query": run.query,
@@ -106,7 +147,7 @@ def run_json(run: Run, output: Any, final_state: Any) -> dict[str, Any]:
         "forked_from_step": run.forked_from_step,
         "steps": [{**_times(s._asdict()), "duration_ms": (s.ended_at - s.started_at) / 1e6} for s in run.steps],
         "decisions": [d._asdict() for d in run.decisions],
-        "model_calls": [_times(c) for c in run.rows.get("model_calls", [])],
+        "model_calls": [_call_json(c, requests or {}) for c in run.rows.get("model_calls", [])],
         "prompts": [{**p, "sections": [s for s in run.rows.get("prompt_sections", [])
                                        if s["prompt_id"] == p["prompt_id"]]} for p in run.rows.get("prompts", [])],
         "output": output, "final_state": final_state,

@@ -55,8 +55,9 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
         run = store.run(resolve_run(store, args.run))
         final = run.state_at()
         data = json.loads(final.model_dump_json()) if hasattr(final, "model_dump_json") else final
+        requests = store.requests(run) if args.full or args.calls or wants_json(args) else {}
         if wants_json(args):
-            print(to_json(run_json(run, json.loads(run.output_json or "null"), data)), file=out)
+            print(to_json(run_json(run, json.loads(run.output_json or "null"), data, requests)), file=out)
             return
     duration = (run.ended_at - run.started_at) / 1e6 if run.ended_at else None
     print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
@@ -76,8 +77,8 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
         print("\ndecisions", file=out)
         print(table(["step", "chosen", "evidence"], [[d.step, d.chosen, d.evidence] for d in run.decisions],
                     width=10**6 if args.full else 90), file=out)
-    for flag, title, text in (("calls", "model calls", calls_text), ("prompts", "prompts", prompts_text),
-                              ("logs", "step logs", logs_text)):
+    for flag, title, text in (("calls", "model calls", lambda r: calls_text(r, requests)),
+                              ("prompts", "prompts", prompts_text), ("logs", "step logs", logs_text)):
         if args.full or getattr(args, flag):
             print(f"\n{title}", file=out)
             print(text(run), file=out)

@@ -22,7 +22,10 @@ from ..scope.tracked import unwrap
 from .answers import check_answer, expect_ref
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
-from ..masking import credentials
+from ..exchange import Exchange, exchange_of, output_row
+from ..masking import credentials, run_masker
+from ..models import ModelConfigError
+from ..models.messages import wire_message
 from ..record import EXTRA_TABLES
 
 if TYPE_CHECKING:
@@ -122,7 +125,7 @@ class StageContext:
 
     def span(self, name: str, *, kind: str = "internal", attributes: Optional[dict[str, Any]] = None,
              start_ns: Optional[int] = None, end_ns: Optional[int] = None) -> None:
-        """Telemetry for OpenTelemetry export only (never stored): e.g. `search_memory`."""
+        """Telemetry for OpenTelemetry export only (never stored): e.g. memory recall's `retrieval` span."""
         self._rec.add_row("_span", {"name": name, "kind": kind, "attributes": dict(attributes or {}),
                                     "start_ns": start_ns, "end_ns": end_ns})
 
@@ -147,13 +150,17 @@ class StageContext:
         `TokenDelta`; the recorded row is the same either way. The row keeps the hash of the exact
         request (`request_hash`: model name, messages, every option), so the call can be replayed
         later; when the run replays a record (`flow.fork(..., replay=True)`, a resumed stage's calls
-        before its pause), a request found there is answered from it and the row says `replayed`."""
+        before its pause), a request found there is answered from it and the row says `replayed`.
+        The exact request itself is recorded too, content-addressed (tracemem/exchange.py): the row
+        names its system instructions, its messages, its tools and the reply, each stored once."""
         self._rec.state.secrets.update(credentials(model))  # masked in everything the step records
         name = getattr(model, "name", None)
         messages = [unwrap(m) for m in messages]  # a scope's tracked copies go out (and are hashed) as plain messages
         h = request_hash(name, messages, options)
         call = {"call_id": new_id(48), "model": name, "provider": getattr(model, "provider", None),
                 "prompt_id": prompt_id or None, "request_hash": h}
+        exchange = self._exchange(messages, options)
+        call.update(exchange.columns)
         events = self._events
         if events is not None and _takes_on_token(model):
             options["on_token"] = events.token_callback(self.run_id, self.step, self.stage, options.get("on_token"))
@@ -167,17 +174,52 @@ class StageContext:
                 reply = model.complete(messages, **options)
         except Exception as err:
             partial = getattr(err, "partial", None)  # ModelError: a stream broke; keep what arrived
+            self._emit_exchange(exchange, call["call_id"], partial)
             self.emit("model_calls", **{**call, **(reply_columns(partial, call["model"]) if partial is not None else
                                                    {"response": None, "input_tokens": None, "output_tokens": None,
                                                     "tool_calls": None})},
                       latency_ms=(time.time_ns() - started) / 1e6, started_at=started,
-                      error=f"{type(err).__name__}: {err}", replayed=False)
+                      error=f"{type(err).__name__}: {err}", replayed=False,
+                      output_id=self._output_id(partial))
             raise
+        self._emit_exchange(exchange, call["call_id"], reply)
         self.emit("model_calls", **{**call, **reply_columns(reply, name)}, latency_ms=(time.time_ns() - started) / 1e6,
-                  started_at=started, error=None, replayed=bool(getattr(reply, "replayed", False)))
+                  started_at=started, error=None, replayed=bool(getattr(reply, "replayed", False)),
+                  output_id=self._output_id(reply))
         if events is not None and getattr(reply, "tool_calls", None):
             events.tool_requested(self.run_id, self.step, self.stage, reply.tool_calls)
         return reply
+
+    def _exchange(self, messages: list[Any], options: dict[str, Any]) -> Exchange:
+        """The call's exact request as content-addressed rows (tracemem/exchange.py), secrets masked first."""
+        wire = []
+        for i, message in enumerate(messages):
+            try:
+                wire.append(wire_message(message, i))
+            except ModelConfigError:  # the model says what is wrong with it; the record keeps what was given
+                wire.append({"role": None, "content": repr(message)})
+        return exchange_of(wire, options, self.run_id, getattr(self.store, "known_content", None), self._mask)
+
+    def _mask(self, value: Any) -> Any:
+        rec = self._rec
+        masker = run_masker(rec.state.schema.secret, rec.state.data, rec.state.secrets, rec.overlay)
+        return masker.value(value) if masker else value
+
+    def _emit_exchange(self, exchange: Exchange, call_id: str, reply: Any) -> None:
+        """The content rows the call adds, and the whole request for telemetry (`_exchange`, never stored)."""
+        for table, row in exchange.rows:
+            self._rec.add_row(table, row)
+        self._rec.add_row("_exchange", {"call_id": call_id, "system": exchange.system, "messages": exchange.messages,
+                                        "tools": exchange.tools, "options": exchange.options})
+
+    def _output_id(self, reply: Any) -> Optional[str]:
+        """The reply's message id (its `messages` row added when new); None without a reply."""
+        message = getattr(reply, "message", None) if reply is not None else None
+        output_id, rows = output_row(message.wire() if message is not None else None, self.run_id,
+                                     getattr(self.store, "known_content", None), self._mask)
+        for table, row in rows:
+            self._rec.add_row(table, row)
+        return output_id
 
 
 def reply_columns(reply: Any, model: Optional[str]) -> dict[str, Any]:

@@ -48,7 +48,8 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "model_calls": [("run_id", S), ("step", I), ("call_id", S), ("model", S), ("provider", S), ("prompt_id", S),
                     ("response", S), ("input_tokens", I), ("output_tokens", I), ("latency_ms", F),
                     ("started_at", NS), ("error", S), ("duration_ms", F), ("request_hash", S), ("replayed", pa.bool_()),
-                    ("tool_calls", J)],
+                    ("tool_calls", J), ("system_id", S), ("input_id", S), ("tools_id", S), ("options", J),
+                    ("output_id", S)],
     "prompts": [("prompt_id", S), ("run_id", S), ("step", I), ("text", S), ("messages", J)],
     "prompt_sections": [("prompt_id", S), ("idx", I), ("kind", S), ("text", S), ("start_char", I),
                         ("end_char", I), ("source_kind", S), ("source_id", S), ("run_id", S), ("step", I)],
@@ -67,13 +68,19 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType]]] = {
     "effects": [("run_id", S), ("step", I), ("idx", I), ("kind", S), ("name", S), ("input_hash", S),
                 ("idempotency_key", S), ("mode", S), ("source_run_id", S), ("source_step", I), ("result", J),
                 ("error", S), ("started_at", NS), ("duration_ms", F)],
+    # keyed by content (tracemem/exchange.py): a row whose key the table has is not inserted again
+    "messages": [("message_id", S), ("role", S), ("message", J), ("run_id", S)],
+    "message_chains": [("chain_id", S), ("parent_id", S), ("message_id", S), ("depth", I), ("run_id", S)],
+    "tool_sets": [("tools_id", S), ("tools", J), ("run_id", S)],
 }
+CONTENT_KEYS = {"messages": "message_id", "message_chains": "chain_id", "tool_sets": "tools_id"}
 DERIVED = {t: frozenset({"duration_ms"}) for t in ("runs", "steps", "model_calls")}  # computed by `Batch.insert`,
 # never part of a row tuple (a tool call's duration_ms is measured around the tool, so it is given)
 GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED.get(t, ())]
                                                    for t, cols in COLUMNS.items()}
 JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("writes", "value"), ("decisions", "evidence"),
-                          ("prompts", "messages"), ("subflows", "inputs"), ("subflows", "outputs")})
+                          ("prompts", "messages"), ("subflows", "inputs"), ("subflows", "outputs"),
+                          ("model_calls", "options"), ("messages", "message"), ("tool_sets", "tools")})
 _HOST = socket.gethostname()
 _pid = os.getpid()  # a runs row's pid, read once: os.getpid() is a system call (glibc caches it no more), one per run
 
@@ -314,7 +321,7 @@ class Batch:
         # one call opens the transaction and runs the inserts (and the commit when nothing follows), with the
         # Arrow tables in its scope rather than registered: each call hands the GIL to the flow's thread and
         # waits to get it back (~1 ms for the writer, whose priority is lowered), so fewer calls let both get on
-        rest = "".join(f"INSERT INTO {table} ({', '.join(batch.column_names)}) SELECT * FROM {name}; "
+        rest = "".join(insert_sql(table, name, batch.column_names)
                        for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
         begin = "BEGIN TRANSACTION; "
         statements = fold.sql(self.entries, begin, rest) if fold is not None and self.entries else begin + rest
@@ -349,6 +356,15 @@ class Batch:
         except BaseException:
             rollback(con)
             raise
+
+
+def insert_sql(table: str, name: str, columns: Sequence[str]) -> str:
+    """The statement inserting batch `name` into `table`; content-keyed tables take only keys they lack."""
+    key = CONTENT_KEYS.get(table)
+    if key is None:
+        return f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {name}; "
+    return (f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {name} b WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {table} t WHERE t.{key} = b.{key}) QUALIFY row_number() OVER (PARTITION BY b.{key}) = 1; ")
 
 
 _EXECUTE = compile("con.execute(sql).fetchall()", "<tracemem: Arrow tables in scope>", "exec")

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Optional
 from pydantic import BaseModel
 
 from ..errors import StoreError, TracememError
+from ..exchange import KnownContent
 from ..ids import new_id
 from ..masking import hash_key
 from ..record import ResumePoint, ThreadRun
@@ -45,7 +46,8 @@ from .claims import claim, release
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .listing import list_runs
-from .load import load_run, load_runs, resolve_run_id, thread
+from .load import chain_of, load_run, load_runs, resolve_run_id, thread
+from .requests import Request, requests_of
 from .registry import caller, open_stores
 from .retention import PruneReport, prune, pruned_at
 from .signals import install_sigterm_flush
@@ -101,6 +103,7 @@ class Store:
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.backend.connection(), self.lock, self.backend.follow_snapshots())
         self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
+        self.known_content = KnownContent()  # content ids (messages, chains, tool sets) handed to this store
         self.log = log
         self._written = 0  # runs written since the store last checked whether it is big enough to index
         self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder,
@@ -273,6 +276,16 @@ class Store:
         with self.lock:
             return pruned_at(self.backend.con, run_id)
 
+    def requests(self, run: Any) -> dict[str, Request]:
+        """The exact request (system instructions, messages, tools, options) and reply of each model call of a
+        run (a Run or its id) and its subflows, by call id (store/requests.py)."""
+        loaded = run if isinstance(run, Run) else self.run(run)
+        calls = [c for r in _with_children(loaded) for c in r.rows.get("model_calls", ())]
+        self.flush()
+        with self.lock:
+            thread_runs = [rid for rid, _, _ in chain_of(self.con, loaded.run_id)]
+            return requests_of(self.con, calls, thread_runs + [r.run_id for r in _with_children(loaded)])
+
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
         """The conversation thread ending at a run, oldest first, with each run's committed writes
         (to top-level field `root` only, when given)."""
@@ -366,6 +379,11 @@ class Store:
         self.flush()
         with self.lock:
             return self.backend.export(directory, progress=progress)
+
+
+def _with_children(run: Run) -> list[Run]:
+    """A run and its subflows' runs, depth first."""
+    return [run] + [r for child in run.children for r in _with_children(child)]
 
 
 def _close_at_exit(ref: "weakref.ref[Store]") -> None:

@@ -15,7 +15,7 @@ from ..memory.tables import MEMORY_DDL
 from .feedback import FEEDBACK_DDL
 from .suspect import SUSPECT_VIEW_DDL
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 FORMAT = "tracemem"
 
 # Version 1: the run record (issue 3's first cut).
@@ -140,6 +140,9 @@ INDEXES: list[str] = [
       for table in RUN_TABLES if table not in ("step_journal", "run_embeddings")],
     "CREATE INDEX IF NOT EXISTS runs_parent_run_id_idx ON runs (parent_run_id)",
     "CREATE INDEX IF NOT EXISTS runs_thread_id_idx ON runs (thread_id)",
+    "CREATE INDEX IF NOT EXISTS message_chains_run_id_idx ON message_chains (run_id)",
+    "CREATE INDEX IF NOT EXISTS message_chains_chain_id_idx ON message_chains (chain_id)",
+    "CREATE INDEX IF NOT EXISTS messages_message_id_idx ON messages (message_id)",
 ]
 
 # Version 10 (hardening): which store opening recorded a run (crash recovery tells live runs by it, not by
@@ -164,11 +167,28 @@ V11_MIGRATION: list[str] = [
     EFFECTS_DDL,
 ]
 
+# Version 12: the exact request of every model call, content-addressed (tracemem/exchange.py): each message once
+# (`messages`), each message sequence as links to the one before it (`message_chains`), each set of tool
+# definitions once (`tool_sets`); a call names its system instructions' and its input's chains, its tools, its
+# other options and its reply. `run_id` on them: the run that recorded the content first.
+V12_MIGRATION: list[str] = [
+    "ALTER TABLE model_calls ADD COLUMN system_id VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN input_id VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN tools_id VARCHAR",
+    "ALTER TABLE model_calls ADD COLUMN options JSON",
+    "ALTER TABLE model_calls ADD COLUMN output_id VARCHAR",
+    "CREATE TABLE messages (message_id VARCHAR, role VARCHAR, message JSON, run_id VARCHAR)",
+    """CREATE TABLE message_chains (
+        chain_id VARCHAR, parent_id VARCHAR, message_id VARCHAR, depth INTEGER, run_id VARCHAR)""",
+    "CREATE TABLE tool_sets (tools_id VARCHAR, tools JSON, run_id VARCHAR)",
+]
+
 MIGRATIONS: dict[int, list[str]] = {2: V2_MIGRATION, 3: V3_MIGRATION, 4: V4_MIGRATION, 5: V5_MIGRATION,
                                     6: V6_MIGRATION, 7: V7_MIGRATION, 8: V8_MIGRATION, 9: V9_MIGRATION,
-                                    10: V10_MIGRATION, 11: V11_MIGRATION}
+                                    10: V10_MIGRATION, 11: V11_MIGRATION, 12: V12_MIGRATION}
 
-ALL_TABLES = RUN_TABLES + ("pruned_runs", "memories", "memory_events", "tracemem_meta")
+CONTENT_TABLES = ("messages", "message_chains", "tool_sets")  # keyed by content, shared by runs (not RUN_TABLES)
+ALL_TABLES = RUN_TABLES + ("pruned_runs", "memories", "memory_events", "tracemem_meta") + CONTENT_TABLES
 VIEWS = ("suspect_runs",)  # derived from the tables, never stored
 
 

@@ -66,6 +66,10 @@ def run_page(request: Request) -> Response:
         extra = _extra(store, run)
         win = window(run, at=_int(request, "at"), prompt=request.query_params.get("prompt"))
         steps = build_steps(run, extra["tool_calls"], win)
+        requests = store.requests(run) if has_table(store, "messages", "message_id") else {}
+        for view in steps:  # each model call with the exact messages it sent (store/requests.py)
+            for call in view.model_calls:
+                call["request"] = requests.get(call.get("call_id"))
         rows, hidden = timeline(run, win.lo, win.hi)
         paths = written_paths(run)
         pages = [(lo, min(lo + STEP_WINDOW, win.total)) for lo in range(0, win.total, STEP_WINDOW)]

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from ..batch import GIVEN, Batch, table_arrays
+from ..batch import CONTENT_KEYS, GIVEN, Batch, table_arrays
 from .connection import PgConnection, PgError, first_line, quote_ident
 
 __all__ = ["copy_table", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK"]
@@ -118,7 +118,18 @@ def insert_batch(con: PgConnection, batch: Batch, lease: Optional[str]) -> None:
             arrays = table_arrays(table, columns)
             if table == "runs" and "lease" not in arrays:
                 arrays["lease"] = pa.array([lease] * len(columns[0]), pa.string())
-            copy_table(con, table, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
+            key = CONTENT_KEYS.get(table)
+            if key is None:
+                copy_table(con, table, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
+                continue
+            # keyed by content: copied beside the table, then inserted where its key is new (another writer may
+            # have inserted the same content a moment ago; the unique key settles it)
+            staged = f"tracemem_new_{table}"
+            con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {staged} (LIKE {quote_ident(table)}) ON COMMIT DELETE ROWS")
+            copy_table(con, staged, list(arrays), [a.type for a in arrays.values()], list(arrays.values()))
+            names = ", ".join(quote_ident(n) for n in arrays)
+            con.execute(f"INSERT INTO {quote_ident(table)} ({names}) SELECT {names} FROM {staged} "
+                        f"ON CONFLICT ({quote_ident(key)}) DO NOTHING")
         if batch.finished:  # the runs rows these runs' ends complete (the DuckDB writer's statement, batch.py)
             con.executemany(FINISH_SQL, [[e["status"], e["error"], e["output"], e["query"], e.get("notes"),
                                           e.get("degraded"), e["ended_at"], e["trace_id"], e.get("pending"),

@@ -202,7 +202,23 @@ V11: list[str] = [
     "CREATE INDEX effects_run ON effects (run_id)",
 ]
 
-PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9, 10: V10, 11: V11}
+# content-addressed: unique keys, so that writers on many machines insert each piece once (ON CONFLICT DO NOTHING)
+V12: list[str] = [
+    "ALTER TABLE model_calls ADD COLUMN system_id text",
+    "ALTER TABLE model_calls ADD COLUMN input_id text",
+    "ALTER TABLE model_calls ADD COLUMN tools_id text",
+    "ALTER TABLE model_calls ADD COLUMN options json",
+    "ALTER TABLE model_calls ADD COLUMN output_id text",
+    "CREATE TABLE messages (message_id text, role text, message json, run_id text)",
+    "CREATE TABLE message_chains (chain_id text, parent_id text, message_id text, depth integer, run_id text)",
+    "CREATE TABLE tool_sets (tools_id text, tools json, run_id text)",
+    "CREATE UNIQUE INDEX messages_key ON messages (message_id)",
+    "CREATE UNIQUE INDEX message_chains_key ON message_chains (chain_id)",
+    "CREATE INDEX message_chains_run ON message_chains (run_id)",
+    "CREATE UNIQUE INDEX tool_sets_key ON tool_sets (tools_id)",
+]
+
+PG_MIGRATIONS: dict[int, list[str]] = {2: V2, 3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8, 9: V9, 10: V10, 11: V11, 12: V12}
 
 
 def memory_ddl(vector: str) -> list[str]:

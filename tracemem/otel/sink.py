@@ -1,34 +1,11 @@
-"""OpenTelemetry export with the GenAI semantic conventions (opt-in).
+"""The OpenTelemetry sink: a run's spans, built as its steps finish (see tracemem/otel/__init__.py).
 
-A run becomes an ``invoke_workflow {pipeline}`` span; each step is a child span
-named after its stage (``execute_tool {name}`` for stages marked ``tool=True``; a tool
-agent's tool step is named after the tool it ran, with ``gen_ai.tool.call.id``, and
-its arguments and result as ``gen_ai.tool.call.arguments``/``.result`` only with
-``capture_content``);
-a decision is a ``decision`` event on its step's span; a subflow's run nests
-under the step that ran it; ``model_calls`` rows become ``chat {model}`` spans
-(kind CLIENT) and ``ctx.span(...)`` rows (``search_memory``, ``update_memory``)
-become child spans of their step. Every span carries ``tracemem.run_id`` (and
-``tracemem.step``) so a trace in any backend leads back to the DuckDB file; the
-trace id is recorded on the run (``run.trace_id``, shown by ``tracemem show``).
-A paused run's span ends with ``tracemem.status = paused``; resumed (in any process), its
-new run span links to the run span from before the pause (``runs.trace_id``, ``runs.span_id``).
-
-Content -- prompts, replies, decision evidence, run input and output, logs, and error
-messages (which may quote a value, a reply or personal data) -- stays in the DuckDB file
-unless ``capture_content=True``: without it, an error span's status says only what
-failed and the error type (``stage 'x' failed: ValueError``).
-
-Turn it on per run or for the whole process::
-
-    flow.run(inputs, tracer_provider=provider)       # this run (and its subflows)
-    tracemem.otel.enable(provider)                    # every run from now on
-    tracemem.otel.enable(provider, capture_content=True)
-    tracemem.otel.disable()
-
-Spans are built when a step has finished, from the recorded timestamps, so span
-timing is exactly the recorded step timing and a stage pays nothing while it runs.
-Nothing here is imported unless OpenTelemetry export is asked for.
+A run is an `invoke_agent {pipeline}` span when its pipeline has tool stages (a tool agent), else an
+`invoke_workflow {pipeline}` span; both carry the conversation as `gen_ai.conversation.id` (the
+thread's first run id). Each step is a child span, a subflow's run nests under the step that ran it
+(its steps wait until that step's span exists), and a step's rows become spans under it
+(tracemem/otel/children.py). A paused run's span ends with `tracemem.status = paused`; resumed (in
+any process), its new run span links to the run span from before the pause.
 """
 from __future__ import annotations
 
@@ -41,12 +18,15 @@ from typing import Any, Optional
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from .flow.sinks import default_sinks
-from .genai import attribute_value, input_messages, output_messages, tool_call_attributes
-from .record import Decision, ReadFields, Step, StepFields, WriteFields, built
-from .run import Run
+from ..errors import UsageError
+from ..flow.sinks import default_sinks
+from ..genai import tool_call_attributes
+from ..record import Decision, ReadFields, Step, StepFields, WriteFields, built
+from ..run import Run
+from .children import Export, chat_span, custom_span
+from .status import described, error_type
 
-__all__ = ["OTelSink", "enable", "disable", "CONTENT_ATTRIBUTES"]
+__all__ = ["OTelSink", "enable", "disable"]
 
 try:
     from importlib.metadata import version as _dist_version
@@ -55,28 +35,16 @@ try:
 except Exception:  # running from a source tree without the distribution installed
     _VERSION = None
 
-CONTENT_ATTRIBUTES = frozenset({
-    "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions", "gen_ai.prompt",
-    "gen_ai.completion", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.retrieval.query.text",
-    "gen_ai.retrieval.documents", "tracemem.input", "tracemem.output", "tracemem.query", "tracemem.logs",
-    "tracemem.decision.evidence",
-})
-"""Attributes that carry content: dropped from `ctx.span(...)` rows unless capture_content=True."""
-
-_KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": SpanKind.SERVER,
-          "producer": SpanKind.PRODUCER, "consumer": SpanKind.CONSUMER}
-# the error type where tracemem writes one (a message's start, or after "failed in run <id>: "), never a
-# word found elsewhere in a message, which may be content
-_ERROR_TYPE = re.compile(r"(?:^|failed in run \w+: )([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Timeout))(?::|$)")
 _TRACERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
-def enable(tracer_provider: Any = None, *, capture_content: bool = False) -> "OTelSink":
+def enable(tracer_provider: Any = None, *, capture_content: bool = False, openinference: bool = False) -> "OTelSink":
     """Export every run in this process (`None` = the global tracer provider); replaces an earlier enable().
 
-    A run given `flow.run(..., tracer_provider=...)` is exported there instead."""
+    A run given `flow.run(..., tracer_provider=...)` is exported there instead. `openinference=True` adds
+    OpenInference attributes for Phoenix and Arize (tracemem/otel/openinference.py)."""
     disable()
-    sink = OTelSink(tracer_provider, capture_content=capture_content)
+    sink = OTelSink(tracer_provider, capture_content=capture_content, openinference=openinference)
     default_sinks.add(sink)
     return sink
 
@@ -98,9 +66,14 @@ def _tracer(provider: Any) -> Any:
     return tracer
 
 
-def _error_type(message: Optional[str]) -> str:
-    match = _ERROR_TYPE.search(message or "")
-    return match.group(1) if match else "_OTHER"
+def _openinference() -> Any:
+    """The OpenInference attribute builders; a clear error when their package is missing."""
+    try:
+        from . import openinference
+    except ImportError as err:
+        raise UsageError("OpenInference attributes need the openinference-semantic-conventions package: "
+                         "pip install 'tracemem-agents[otlp]'") from err
+    return openinference
 
 
 def _links(run: Run) -> list[Link]:
@@ -113,19 +86,22 @@ def _links(run: Run) -> list[Link]:
 class _RunSpans:
     """One run's export state. `pending` is not None while the run waits for its parent step's span."""
 
-    __slots__ = ("run", "span", "ctx", "trace_id", "tools", "dropped", "pending", "ended", "waiting", "prompts")
+    __slots__ = ("run", "span", "ctx", "trace_id", "tools", "dropped", "pending", "ended", "waiting", "prompts",
+                 "session", "values")
 
-    def __init__(self, run: Run, tools: dict[str, Optional[str]]) -> None:
+    def __init__(self, run: Run, tools: dict[str, Optional[str]], session: Optional[str]) -> None:
         self.run = run
         self.span: Any = None
         self.ctx: Any = None
         self.trace_id: Optional[str] = None
         self.tools = tools
         self.dropped = False  # sampled out: keep the claim (so subflows are dropped too), export nothing
-        self.pending: Optional[list[tuple[Step, Optional[Decision], list]]] = None
+        self.pending: Optional[list[tuple[Step, Optional[Decision], list, list, list]]] = None
         self.ended = False
         self.waiting: Optional[dict[int, list["_RunSpans"]]] = None  # subflow runs by parent step
         self.prompts: Optional[dict[str, dict[str, Any]]] = None  # prompt_id -> prompts row (content only)
+        self.session = session  # the conversation (gen_ai.conversation.id): the thread's first run
+        self.values: Optional[dict[tuple[int, int], Optional[str]]] = None  # writes by (step, seq): OpenInference
 
 
 class OTelSink:
@@ -135,21 +111,25 @@ class OTelSink:
     earlier OTel sink (its `trace_id` set) is left alone, so `flow.run(...,
     tracer_provider=...)` wins over a process-wide `enable()`."""
 
-    def __init__(self, tracer_provider: Any = None, *, capture_content: bool = False) -> None:
+    def __init__(self, tracer_provider: Any = None, *, capture_content: bool = False,
+                 openinference: bool = False) -> None:
         self.tracer = _tracer(tracer_provider)
         self.capture_content = capture_content
+        self.openinference = _openinference() if openinference else None
+        self.export = Export(capture_content, self.openinference)
         self._runs: dict[str, _RunSpans] = {}
 
     def __repr__(self) -> str:
-        return f"<OTelSink capture_content={self.capture_content} runs_open={len(self._runs)}>"
+        return (f"<OTelSink capture_content={self.capture_content} openinference={self.openinference is not None} "
+                f"runs_open={len(self._runs)}>")
 
     # -- the sink protocol ------------------------------------------------------------
     def begin_run(self, run: Run) -> None:
         """Start the run span (its trace id is recorded on the run)."""
         if run.trace_id is not None:  # another OTel sink exports this run
             return
-        state = _RunSpans(run, run.tools)
         parent = self._runs.get(run.parent_run_id) if run.parent_run_id is not None else None
+        state = _RunSpans(run, run.tools, parent.session if parent is not None else run.thread_id or run.run_id)
         if parent is not None:
             # A subflow: its parent step's span is built when that step finishes, after this run;
             # until then this run's steps wait (see _materialize).
@@ -162,8 +142,8 @@ class OTelSink:
                     parent.waiting = {}
                 parent.waiting.setdefault(run.parent_step, []).append(state)  # type: ignore[arg-type]
         else:
-            span = self.tracer.start_span(f"invoke_workflow {run.pipeline}", kind=SpanKind.INTERNAL,
-                                          attributes=self._run_attributes(run), links=_links(run),
+            span = self.tracer.start_span(_run_name(run), kind=SpanKind.INTERNAL,
+                                          attributes=self._run_attributes(state), links=_links(run),
                                           start_time=run.started_at if run.resumed_from is None else time.time_ns())
             context = span.get_span_context()
             state.trace_id = run.trace_id = format(context.trace_id, "032x") if context.is_valid else None
@@ -182,9 +162,9 @@ class OTelSink:
             return
         step = built(Step, fields)
         if state.pending is not None:
-            state.pending.append((step, decision, rows))
+            state.pending.append((step, decision, rows, reads, writes))
             return
-        self._step(state, step, decision, rows)
+        self._step(state, step, decision, rows, reads, writes)
 
     def end_run(self, run: Run) -> None:
         """End the run span with the run status."""
@@ -199,18 +179,12 @@ class OTelSink:
             self._end(state)
 
     # -- building spans ---------------------------------------------------------------
-    def _described(self, error: Optional[str], what: str) -> str:
-        """An error span's status description: the message only with capture_content (it may quote
-        content), else what failed and the error type."""
-        if self.capture_content and error:
-            return error
-        kind = _error_type(error)
-        return what + (f": {kind}" if kind != "_OTHER" else "")
-
-    def _run_attributes(self, run: Run) -> dict[str, Any]:
+    def _run_attributes(self, state: _RunSpans) -> dict[str, Any]:
+        run = state.run
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_workflow",
-            "gen_ai.workflow.name": run.pipeline,
+            "gen_ai.operation.name": "invoke_agent" if run.tools else "invoke_workflow",
+            "gen_ai.agent.name" if run.tools else "gen_ai.workflow.name": run.pipeline,
+            "gen_ai.conversation.id": state.session,
             "tracemem.run_id": run.run_id,
             "tracemem.pipeline_hash": run.pipeline_hash,
         }
@@ -226,10 +200,13 @@ class OTelSink:
             attributes["tracemem.forked_from_step"] = run.forked_from_step
         if self.capture_content:
             attributes["tracemem.input"] = run.input_json
+        if self.openinference is not None:
+            attributes.update(self.openinference.run_attributes(bool(run.tools), run.pipeline, state.session,
+                                                                run.input_json if self.capture_content else None))
         return attributes
 
     def _step(self, state: _RunSpans, step: Step, decision: Optional[Decision],
-              rows: list[tuple[str, dict[str, Any]]]) -> None:
+              rows: list[tuple[str, dict[str, Any]]], reads: list[ReadFields], writes: list[WriteFields]) -> None:
         run_id = state.run.run_id
         attributes: dict[str, Any] = {
             "tracemem.run_id": run_id, "tracemem.step": step.step, "tracemem.stage_id": step.stage,
@@ -254,16 +231,23 @@ class OTelSink:
         else:
             name = step.name
         if step.status != "ok":
-            attributes["error.type"] = _error_type(step.error)
+            attributes["error.type"] = error_type(step.error)
         if self.capture_content and step.logs:
             attributes["tracemem.logs"] = list(step.logs)
+        if self.openinference is not None:
+            inputs, outputs = self._step_values(state, reads, writes)
+            attributes.update(self.openinference.step_attributes(
+                tool_call, step.name if step.stage in state.tools else None, state.tools.get(step.stage), inputs,
+                outputs))
         span = self.tracer.start_span(name, context=state.ctx, kind=SpanKind.INTERNAL, attributes=attributes,
                                       start_time=step.started_at)
         if step.status != "ok":
-            span.set_status(Status(StatusCode.ERROR, self._described(step.error, f"stage '{step.stage}' failed")))
+            span.set_status(Status(StatusCode.ERROR, described(step.error, f"stage '{step.stage}' failed",
+                                                               self.capture_content)))
         elif tool_call is not None and tool_call.get("error"):  # the run went on; this call failed
-            span.set_status(Status(StatusCode.ERROR, self._described(str(tool_call["error"]),
-                                                                     f"tool '{tool_call.get('name')}' failed")))
+            span.set_status(Status(StatusCode.ERROR, described(str(tool_call["error"]),
+                                                               f"tool '{tool_call.get('name')}' failed",
+                                                               self.capture_content)))
         if decision is not None:
             event: dict[str, Any] = {"tracemem.decision.chosen": decision.chosen}
             if self.capture_content:
@@ -278,87 +262,52 @@ class OTelSink:
                 self._materialize(child, context)
         span.end(end_time=step.ended_at)
 
+    def _step_values(self, state: _RunSpans, reads: list[ReadFields],
+                     writes: list[WriteFields]) -> tuple[Optional[str], Optional[str]]:
+        """What a step read ({path: value}) and wrote ([{path, verb, value}]) as JSON, for OpenInference's
+        input and output (content: None without capture)."""
+        if not self.capture_content:
+            return None, None
+        if state.values is None:
+            state.values = {}
+        seen = {}
+        for _, _, path, source_step, source_seq in reads:
+            if source_step is not None and (source_step, source_seq) in state.values:
+                seen[path] = _parsed(state.values[(source_step, source_seq)])
+        wrote = []
+        for step, seq, path, verb, value in writes:
+            state.values[(step, seq)] = value
+            wrote.append({"path": path, "verb": verb, "value": _parsed(value)})
+        return (json.dumps(seen, default=str, ensure_ascii=False) if seen else None,
+                json.dumps(wrote, default=str, ensure_ascii=False) if wrote else None)
+
     def _rows(self, state: _RunSpans, step: Step, rows: list[tuple[str, dict[str, Any]]], context: Any) -> None:
-        if self.capture_content:
-            for table, row in rows:
-                if table == "prompts" and row.get("prompt_id") is not None:
-                    if state.prompts is None:
-                        state.prompts = {}
-                    state.prompts[row["prompt_id"]] = row
+        exchanges = {row["call_id"]: row for table, row in rows if table == "_exchange"}
+        for table, row in rows:
+            if table == "prompts" and row.get("prompt_id") is not None:
+                if state.prompts is None:
+                    state.prompts = {}
+                state.prompts[row["prompt_id"]] = row
         for table, row in rows:
             if table == "model_calls":
-                self._chat(state, step, row, context)
+                prompt = state.prompts.get(row.get("prompt_id")) if state.prompts else None  # type: ignore[arg-type]
+                chat_span(self.tracer, context, self.export, state.run.run_id, step, row,
+                          exchanges.get(row.get("call_id")), prompt, state.session)
             elif table == "_span":
-                self._custom(state, step, row, context)
-
-    def _chat(self, state: _RunSpans, step: Step, row: dict[str, Any], context: Any) -> None:
-        model = row.get("model")
-        attributes: dict[str, Any] = {"gen_ai.operation.name": "chat"}
-        for key, column in (("gen_ai.provider.name", "provider"), ("gen_ai.request.model", "model"),
-                            ("gen_ai.usage.input_tokens", "input_tokens"),
-                            ("gen_ai.usage.output_tokens", "output_tokens"), ("tracemem.prompt_id", "prompt_id"),
-                            ("tracemem.call_id", "call_id")):
-            value = row.get(column)
-            if value is not None:
-                attributes[key] = value
-        if model is not None and not row.get("error"):
-            attributes["gen_ai.response.model"] = model
-        attributes["tracemem.run_id"] = state.run.run_id
-        attributes["tracemem.step"] = step.step
-        if row.get("error"):
-            attributes["error.type"] = _error_type(str(row["error"]))
-        if self.capture_content:
-            prompt = state.prompts.get(row.get("prompt_id")) if state.prompts else None  # type: ignore[arg-type]
-            messages = input_messages(prompt) if prompt else None
-            if messages is not None:
-                attributes["gen_ai.input.messages"] = messages
-            output = output_messages(row)
-            if output is not None:
-                attributes["gen_ai.output.messages"] = output
-        started = row.get("started_at")
-        start = started if isinstance(started, int) else step.started_at
-        latency = row.get("latency_ms")
-        end = start + int(latency * 1e6) if isinstance(latency, (int, float)) else step.ended_at
-        span = self.tracer.start_span(f"chat {model}" if model else "chat", context=context, kind=SpanKind.CLIENT,
-                                      attributes=attributes, start_time=start)
-        if row.get("error"):
-            span.set_status(Status(StatusCode.ERROR, self._described(str(row["error"]), "model call failed")))
-        span.end(end_time=max(end, start))
-
-    def _custom(self, state: _RunSpans, step: Step, row: dict[str, Any], context: Any) -> None:
-        """A `ctx.span(name, kind=..., attributes=..., start_ns=..., end_ns=...)` row."""
-        attributes: dict[str, Any] = {}
-        for key, value in (row.get("attributes") or {}).items():
-            if key in CONTENT_ATTRIBUTES and not self.capture_content:
-                continue
-            value = attribute_value(value)
-            if value is not None:
-                attributes[str(key)] = value
-        attributes.setdefault("tracemem.run_id", state.run.run_id)
-        attributes.setdefault("tracemem.step", step.step)
-        start = row.get("start_ns") or step.started_at
-        end = row.get("end_ns") or step.ended_at
-        kind = row.get("kind")
-        span = self.tracer.start_span(str(row.get("name") or "span"), context=context,
-                                      kind=kind if isinstance(kind, SpanKind) else _KINDS.get(str(kind).lower(),
-                                                                                             SpanKind.INTERNAL),
-                                      attributes=attributes, start_time=start)
-        if "error.type" in attributes:
-            span.set_status(Status(StatusCode.ERROR, str(attributes["error.type"])))
-        span.end(end_time=max(end, start))
+                custom_span(self.tracer, context, self.export, state.run.run_id, step, row)
 
     def _materialize(self, state: _RunSpans, parent: Any) -> None:
         """Build a subflow run's span under its parent step's span, then its waiting steps."""
         run = state.run
-        span = self.tracer.start_span(f"invoke_workflow {run.pipeline}", context=parent, kind=SpanKind.INTERNAL,
-                                      attributes=self._run_attributes(run), links=_links(run),
+        span = self.tracer.start_span(_run_name(run), context=parent, kind=SpanKind.INTERNAL,
+                                      attributes=self._run_attributes(state), links=_links(run),
                                       start_time=run.started_at if run.resumed_from is None else
-                                      min((s.started_at for s, _, _ in state.pending or ()), default=time.time_ns()))
+                                      min((p[0].started_at for p in state.pending or ()), default=time.time_ns()))
         state.span, state.ctx = span, trace.set_span_in_context(span)
         run.span_id = format(span.get_span_context().span_id, "016x")
         pending, state.pending = state.pending or [], None
-        for step, decision, rows in pending:
-            self._step(state, step, decision, rows)
+        for step, decision, rows, reads, writes in pending:
+            self._step(state, step, decision, rows, reads, writes)
         if state.ended:
             self._end(state)
 
@@ -371,12 +320,30 @@ class OTelSink:
             state.waiting = None
         span.set_attribute("tracemem.status", run.status)
         if run.status not in ("ok", "paused"):
-            span.set_attribute("error.type", _error_type(run.error))
-            span.set_status(Status(StatusCode.ERROR, self._described(run.error, f"run {run.status}")))
+            span.set_attribute("error.type", error_type(run.error))
+            span.set_status(Status(StatusCode.ERROR, described(run.error, f"run {run.status}", self.capture_content)))
         if self.capture_content:
             if run.output_json is not None:
                 span.set_attribute("tracemem.output", run.output_json)
+                if self.openinference is not None:
+                    span.set_attribute("output.value", run.output_json)
+                    span.set_attribute("output.mime_type", "application/json")
             if run.query is not None:
                 span.set_attribute("tracemem.query", run.query)
         span.end(end_time=run.ended_at)
         self._runs.pop(run.run_id, None)
+
+
+def _run_name(run: Run) -> str:
+    """`invoke_agent {pipeline}` for a pipeline with tool stages (an agent), else `invoke_workflow {pipeline}`."""
+    return f"{'invoke_agent' if run.tools else 'invoke_workflow'} {run.pipeline}"
+
+
+def _parsed(value: Optional[str]) -> Any:
+    """A recorded write's JSON text as the value it holds (the text itself when it is not JSON)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value

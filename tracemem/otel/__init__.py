@@ -1,0 +1,39 @@
+"""OpenTelemetry export with the GenAI semantic conventions (opt-in), and OpenInference beside them.
+
+A run becomes an ``invoke_agent {pipeline}`` span when its pipeline has tool stages, else an
+``invoke_workflow {pipeline}`` span, with ``gen_ai.conversation.id`` naming its thread; each
+step is a child span named after its stage (``execute_tool {name}`` for tool steps, with
+``gen_ai.tool.call.id``, and arguments and result only with ``capture_content``); a decision is
+a ``decision`` event on its step's span; a subflow's run nests under the step that ran it. A
+model call is a ``chat {model}`` span (kind CLIENT) with the exact request it sent:
+``gen_ai.system_instructions``, ``gen_ai.input.messages`` (real roles; text, tool_call and
+tool_call_response parts), ``gen_ai.output.messages`` and ``gen_ai.tool.definitions`` -- the
+same messages the store keeps (tracemem/exchange.py). Memory recall is a ``retrieval`` span with
+its documents' ids and scores; ``ctx.span(...)`` rows become spans of their own. Every span
+carries ``tracemem.run_id`` (and ``tracemem.step``) so a trace in any backend leads back to the
+store; the trace id is recorded on the run (``run.trace_id``).
+
+Content -- messages, replies, document text, decision evidence, run input and output, logs, and
+error messages (which may quote a value, a reply or personal data) -- stays in the store unless
+``capture_content=True``: without it, an error span's status says only what failed and the
+error type (``stage 'x' failed: ValueError``). ``openinference=True`` adds OpenInference
+attributes (span kinds, input and output values, LLM messages, retrieved documents), which
+Arize Phoenix and Arize read.
+
+Turn it on per run or for the whole process::
+
+    flow.run(inputs, tracer_provider=provider)       # this run (and its subflows)
+    tracemem.otel.enable(provider)                    # every run from now on
+    tracemem.otel.enable(provider, capture_content=True, openinference=True)
+    tracemem.otel.disable()
+
+Spans are built when a step has finished, from the recorded timestamps, so span timing is
+exactly the recorded step timing and a stage pays nothing while it runs. Nothing here is
+imported unless OpenTelemetry export is asked for.
+"""
+from __future__ import annotations
+
+from .children import CONTENT_ATTRIBUTES
+from .sink import OTelSink, disable, enable
+
+__all__ = ["CONTENT_ATTRIBUTES", "OTelSink", "disable", "enable"]
