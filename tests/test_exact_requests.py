@@ -223,3 +223,27 @@ def test_a_long_thread_stores_each_message_once_on_both_backends(store_factory):
     [request] = store.requests(last.run_id).values()
     assert [m["content"] for m in request.messages[::2]] == [f"fact number {n}" for n in range(13)]
     assert request.output == {"role": "assistant", "content": "noted"} and request.missing == ()
+
+
+def test_prune_keeps_the_content_kept_calls_name_and_copy_brings_it(store_factory, tmp_path):
+    store = store_factory()
+    flow = Pipeline("chat", AgentScope).then(call_model(system_from=None)).build()
+    model = ScriptedModel(default="noted")
+    lone = flow.run({"question": "a question no other run asks"}, store=store, env={"model": model})
+    previous = None
+    for turn in range(3):
+        previous = flow.run({"question": f"fact number {turn}"}, store=store, env={"model": model}, resume=previous)
+    store.flush()
+    dry = store.prune(keep_last=3, dry_run=True)
+    assert dry.runs == [lone.run_id] and dry.rows["messages"] == 1 and dry.rows["message_chains"] == 1
+    report = store.prune(keep_last=3)
+    assert report.rows["messages"] == 1 and report.rows["message_chains"] == 1 and report.rows["model_calls"] == 1
+    [request] = store.requests(previous.run_id).values()
+    assert request.missing == () and len(request.messages) == 5
+    with Store(str(tmp_path / "copy.duckdb")) as copy:
+        from tracemem.store.copying import copy_history
+
+        copied = copy_history(store, copy)
+        assert copied.rows["messages"] == 4 and copied.rows["message_chains"] == 5  # "noted" is one message
+        [again] = copy.requests(previous.run_id).values()
+        assert again == request

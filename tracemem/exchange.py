@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+import orjson
+
 __all__ = ["KnownContent", "Exchange", "exchange_of", "output_row", "message_row", "content_id", "link_id",
            "canonical_json", "SYSTEM_ROLES"]
 
@@ -53,9 +55,16 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: equal content, equal text, in any process."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain)
+    """JSON with sorted keys and no spaces: equal content, equal text, in any process (orjson; text it cannot
+    encode, such as a lone surrogate, through the standard library the same way)."""
+    try:
+        return orjson.dumps(value, option=_SORTED, default=_plain).decode()
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain)
 
 
 def content_id(text: str) -> str:
@@ -112,7 +121,7 @@ class Exchange:
 
 
 def _chain(wire: Sequence[dict[str, Any]], run_id: str, known: KnownContent,
-           rows: list[tuple[str, dict[str, Any]]], fresh: list[str]) -> Optional[str]:
+           rows: list[tuple[str, dict[str, Any]]], fresh: dict[str, None]) -> Optional[str]:
     """The chain id of `wire` (None when empty), adding the rows of links and messages not yet known."""
     parent: Optional[str] = None
     for depth, message in enumerate(wire, start=1):
@@ -121,13 +130,13 @@ def _chain(wire: Sequence[dict[str, Any]], run_id: str, known: KnownContent,
         if chain not in known and chain not in fresh:
             rows.append(("message_chains", {"chain_id": chain, "parent_id": parent, "message_id": mid,
                                             "depth": depth, "run_id": run_id}))
-            fresh.append(chain)
+            fresh[chain] = None
         parent = chain
     return parent
 
 
 def message_row(message: dict[str, Any], run_id: str, known: KnownContent,
-                rows: list[tuple[str, dict[str, Any]]], fresh: list[str]) -> str:
+                rows: list[tuple[str, dict[str, Any]]], fresh: dict[str, None]) -> str:
     """The id of one wire message, adding its `messages` row unless known."""
     text = canonical_json(message)
     mid = content_id(text)
@@ -135,7 +144,7 @@ def message_row(message: dict[str, Any], run_id: str, known: KnownContent,
         role = message.get("role") if isinstance(message, Mapping) else None
         rows.append(("messages", {"message_id": mid, "role": role if isinstance(role, str) else None,
                                   "message": text, "run_id": run_id}))
-        fresh.append(mid)
+        fresh[mid] = None
     return mid
 
 
@@ -151,7 +160,7 @@ def exchange_of(wire: Sequence[dict[str, Any]], options: Mapping[str, Any], run_
     while lead < len(wire) and isinstance(wire[lead], Mapping) and wire[lead].get("role") in SYSTEM_ROLES:
         lead += 1
     rows: list[tuple[str, dict[str, Any]]] = []
-    fresh: list[str] = []
+    fresh: dict[str, None] = {}
     system_id = _chain(wire[:lead], run_id, known, rows, fresh)
     input_id = _chain(wire[lead:], run_id, known, rows, fresh)
     tools = options.get("tools")
@@ -162,10 +171,10 @@ def exchange_of(wire: Sequence[dict[str, Any]], options: Mapping[str, Any], run_
         tools_id = content_id(text)
         if tools_id not in known:
             rows.append(("tool_sets", {"tools_id": tools_id, "tools": text, "run_id": run_id}))
-            fresh.append(tools_id)
+            fresh[tools_id] = None
     rest = {k: v for k, v in options.items() if k != "tools" and k not in hidden and v is not None}
     rest_json = json.loads(canonical_json(mask(rest))) if rest else None
-    known.add(fresh)
+    known.add(list(fresh))
     return Exchange({"system_id": system_id, "input_id": input_id, "tools_id": tools_id,
                      "options": canonical_json(rest_json) if rest_json else None},
                     rows, wire[:lead], wire[lead:], mask(tool_list) if tool_list else None, rest_json)
@@ -189,7 +198,7 @@ def output_row(reply_message: Optional[dict[str, Any]], run_id: str, known: Opti
         return None, []
     known = known if known is not None else KnownContent()
     rows: list[tuple[str, dict[str, Any]]] = []
-    fresh: list[str] = []
+    fresh: dict[str, None] = {}
     mid = message_row(mask(reply_message), run_id, known, rows, fresh)
-    known.add(fresh)
+    known.add(list(fresh))
     return mid, rows

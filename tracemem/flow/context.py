@@ -14,7 +14,7 @@ import copy
 import inspect
 import time
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from ..errors import TracememError
 from ..ids import new_id
@@ -198,12 +198,13 @@ class StageContext:
                 wire.append(wire_message(message, i))
             except ModelConfigError:  # the model says what is wrong with it; the record keeps what was given
                 wire.append({"role": None, "content": repr(message)})
-        return exchange_of(wire, options, self.run_id, getattr(self.store, "known_content", None), self._mask)
+        return exchange_of(wire, options, self.run_id, getattr(self.store, "known_content", None), self._masking())
 
-    def _mask(self, value: Any) -> Any:
+    def _masking(self) -> Callable[[Any], Any]:
+        """What masks the run's known secrets in a value (as the runner masks what a step records)."""
         rec = self._rec
         masker = run_masker(rec.state.schema.secret, rec.state.data, rec.state.secrets, rec.overlay)
-        return masker.value(value) if masker else value
+        return masker.value if masker else _same
 
     def _emit_exchange(self, exchange: Exchange, call_id: str, reply: Any) -> None:
         """The content rows the call adds, and the whole request for telemetry (`_exchange`, never stored)."""
@@ -216,10 +217,14 @@ class StageContext:
         """The reply's message id (its `messages` row added when new); None without a reply."""
         message = getattr(reply, "message", None) if reply is not None else None
         output_id, rows = output_row(message.wire() if message is not None else None, self.run_id,
-                                     getattr(self.store, "known_content", None), self._mask)
+                                     getattr(self.store, "known_content", None), self._masking())
         for table, row in rows:
             self._rec.add_row(table, row)
         return output_id
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def reply_columns(reply: Any, model: Optional[str]) -> dict[str, Any]:

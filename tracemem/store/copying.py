@@ -25,6 +25,7 @@ import pyarrow as pa
 from ..errors import UsageError
 from ..memory.tables import MEMORY_COLUMNS, META_DIM, META_EMBEDDER_ID
 from ..times import utc_naive
+from .contents import copy_content
 from .tables import RUN_TABLES
 
 __all__ = ["CopyReport", "copy_history"]
@@ -183,6 +184,9 @@ def copy_history(src: Any, dst: Any, *, since: Optional[datetime] = None, pipeli
             report.rows[table] = _copy_rows(src, dst, table, where, todo) if todo else 0
             if progress:
                 progress(i + 1, len(tables) + 1)
+        if "message_chains" in src.tables() and "message_chains" in dst.tables():  # what the calls name
+            report.rows.update(copy_content(src.con, dst.con, todo,
+                                            lambda table, where, ids: _copy_rows(src, dst, table, where, ids)))
     _copy_memories(src, dst, todo, since is None and pipeline is None, report)
     dst.snapshots.reset()
     if progress:

@@ -19,6 +19,7 @@ from ..dbmeta import first_row
 from ..errors import UsageError
 from ..times import utc_naive, utc_now
 from .citations import CITATIONS
+from .contents import sweep
 from .tables import ALL_TABLES, RUN_TABLES, VIEWS
 
 
@@ -164,6 +165,8 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
             if progress:
                 progress(i + 1, len(order))
         report.rows = {t: report.rows[t] for t in RUN_TABLES}
+        if "message_chains" in _existing(con):  # content no remaining call names (store/contents.py)
+            report.rows.update(sweep(con, "run_id NOT IN (SELECT run_id FROM _prune_tree)", [], dry_run))
         if not dry_run:
             # a tombstone per removed run: a trace crossing into one, or a resume of one, says "pruned"
             con.execute("INSERT INTO pruned_runs SELECT run_id, ? FROM _prune_tree", [utc_now()])

@@ -372,6 +372,7 @@ class Store:
                            progress=progress, rebuild_indexes=not self.backend.shared)
         if report.runs and not dry_run:
             self.threads.clear()
+            self.known_content.forget()  # content it removed is written again when a call names it
         return report
 
     def export(self, directory: str, *, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
