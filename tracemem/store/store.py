@@ -283,8 +283,8 @@ class Store:
         calls = [c for r in _with_children(loaded) for c in r.rows.get("model_calls", ())]
         self.flush()
         with self.lock:
-            thread_runs = [rid for rid, _, _ in chain_of(self.con, loaded.run_id)]
-            return requests_of(self.con, calls, thread_runs + [r.run_id for r in _with_children(loaded)])
+            thread_runs = [rid for rid, _, _ in chain_of(self.backend.con, loaded.run_id)]
+            return requests_of(self.backend.con, calls, thread_runs + [r.run_id for r in _with_children(loaded)])
 
     def thread(self, run_id: str, root: Optional[str] = None) -> list[ThreadRun]:
         """The conversation thread ending at a run, oldest first, with each run's committed writes
