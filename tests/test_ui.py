@@ -386,7 +386,7 @@ def test_flag_and_forget_only_with_allow_edit(demo, tmp_path):
     page = web.get(f"/memories/{memory_id}").text
     token = re.search(r'name="token" value="([^"]+)"', page).group(1)
     assert 'id="flag-form"' in page and 'id="forget-form"' in page
-    assert web.post(f"/memories/{memory_id}/flag", data={"state": "stale", "reason": "x"}).status_code == 400
+    assert web.post(f"/memories/{memory_id}/flag", data={"state": "stale", "reason": "x"}).status_code == 403
     assert web.post(f"/memories/{memory_id}/flag", data={"token": token, "state": "stale"}).status_code == 400
     done = web.post(f"/memories/{memory_id}/flag", data={"token": token, "state": "stale", "reason": "sold it"},
                     follow_redirects=False)
@@ -404,14 +404,23 @@ def test_flag_and_forget_only_with_allow_edit(demo, tmp_path):
 
 # -- SQL ---------------------------------------------------------------------------------------------
 
+def token_of(web: TestClient) -> str:
+    return re.search(r'name="token" value="([^"]+)"', web.get("/sql").text).group(1)
+
+
+def run_sql(web: TestClient, query: str, page: int = 1, where: str = "/sql") -> Any:
+    """What the console's own form posts (ui/sql_page.py: a query runs only by POST with the page's token)."""
+    return web.post(where, data={"q": query, "page": str(page), "token": token_of(web)})
+
+
 def test_sql_select_table_and_pages(web):
-    r = web.get("/sql", params={"q": "SELECT run_id, status FROM runs ORDER BY started_at"})
+    r = run_sql(web, "SELECT run_id, status FROM runs ORDER BY started_at")
     assert r.status_code == 200 and r.text.count("<tr><td") == 6 and "6 rows" in r.text
-    many = web.get("/sql", params={"q": "SELECT range AS n FROM range(250)", "page": "3"}).text
+    many = run_sql(web, "SELECT range AS n FROM range(250)", page=3).text
     assert "page 3 of 3" in many and ">200</td>" in many and ">249</td>" in many and ">199</td>" not in many
-    capped = web.get("/sql", params={"q": "SELECT range AS n FROM range(20000)"}).text
+    capped = run_sql(web, "SELECT range AS n FROM range(20000)").text
     assert "the first 10000; there are more" in capped
-    nulls = web.get("/sql", params={"q": "SELECT NULL AS x, [1, 2] AS l"}).text
+    nulls = run_sql(web, "SELECT NULL AS x, [1, 2] AS l").text
     assert '<td class="null">NULL</td>' in nulls and "[1, 2]" in nulls
 
 
@@ -420,20 +429,20 @@ def test_sql_refuses_writes_and_files_in_words(web):
                          ("CREATE TABLE x (a INT)", "the store cannot be changed"),
                          ("SELECT * FROM read_csv('/etc/passwd')", "file and network access is disabled"),
                          ("SET threads = 1", "changing settings is disabled")]:
-        r = web.get("/sql", params={"q": query})
+        r = run_sql(web, query)
         assert r.status_code == 400 and 'class="error readonly"' in r.text and words in r.text, query
-    bad = web.get("/sql", params={"q": "SELECT 'a'::INT"})
+    bad = run_sql(web, "SELECT 'a'::INT")
     assert bad.status_code == 400 and "Conversion Error" in bad.text and "readonly" not in bad.text
-    assert web.get("/sql", params={"q": "SELECT count(*) FROM runs"}).status_code == 200  # nothing was changed
+    assert run_sql(web, "SELECT count(*) FROM runs").status_code == 200  # nothing was changed
 
 
 def test_sql_csv_download(web):
-    r = web.get("/sql.csv", params={"q": "SELECT run_id, status, started_at FROM runs ORDER BY started_at"})
+    r = run_sql(web, "SELECT run_id, status, started_at FROM runs ORDER BY started_at", where="/sql.csv")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
     assert "attachment" in r.headers["content-disposition"]
     rows = list(csv.reader(io.StringIO(r.text)))
     assert rows[0] == ["run_id", "status", "started_at"] and len(rows) == 7 and rows[1][1] == "ok"
-    refused = web.get("/sql.csv", params={"q": "DROP TABLE runs"})
+    refused = run_sql(web, "DROP TABLE runs", where="/sql.csv")
     assert refused.status_code == 400 and "read-only" in refused.text
 
 

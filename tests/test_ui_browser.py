@@ -167,3 +167,64 @@ def test_new_runs_appear_while_an_agent_writes(demo, artifacts, tmp_path):
         finally:
             agent.stdin.close()
             agent.wait(timeout=30)
+
+
+@pytest.fixture
+def attacker(tmp_path):
+    """Another web site: a static server on another port, reached as http://localhost:PORT (another site than
+    the viewer's http://127.0.0.1) or as http://127.0.0.1:PORT (same site, another origin)."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path / "site"
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield folder, server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_another_site_cannot_make_the_browser_run_sql_or_change_memory(demo, attacker, tmp_path):
+    """A real page on another origin posts to the viewer's SQL console and memory actions, as a hostile page
+    the user happens to visit would: the browser marks the requests cross-site and the viewer refuses them,
+    and a link that fills the console never runs it."""
+    from selenium.webdriver.common.by import By
+
+    from tracemem.store import Store
+
+    folder, port = attacker
+    path = str(tmp_path / "edit.duckdb")
+    for suffix in ("", ".wal"):
+        if os.path.exists(demo["path"] + suffix):
+            Path(path + suffix).write_bytes(Path(demo["path"] + suffix).read_bytes())
+    with serve_ui(path, "--allow-edit") as url, chromium() as browser:
+        query = "SELECT 'STOLEN-' || count(*) AS x FROM runs"
+        (folder / "sql.html").write_text(f"""<!doctype html><body>
+            <form id="f" method="post" action="{url}sql"><input name="q" value="{query}">
+            <input name="token" value="a-guess"></form>
+            <script>document.getElementById("f").submit()</script></body>""")
+        (folder / "flag.html").write_text(f"""<!doctype html><body>
+            <form id="f" method="post" action="{url}memories/{demo['memory']}/forget">
+            <input name="reason" value="hostile"><input name="token" value="a-guess"></form>
+            <script>document.getElementById("f").submit()</script></body>""")
+        for origin, fetch_site in ((f"http://localhost:{port}", "cross-site"), (f"http://127.0.0.1:{port}", "same-site")):
+            for page in ("sql.html", "flag.html"):
+                browser.get(f"{origin}/{page}")
+                message = wait_for(lambda: browser.find_element(By.ID, "error-message"), what="the viewer's refusal")
+                assert f"came from another site (Sec-Fetch-Site: {fetch_site})" in message.text, (origin, page)
+                assert "STOLEN-" not in browser.page_source
+        browser.get(url + "sql?q=" + query.replace(" ", "+").replace("'", "%27").replace("|", "%7C"))
+        filled = wait_for(lambda: browser.find_element(By.ID, "sql-filled"), what="the console, filled in")
+        assert "press Run" in filled.text and not browser.find_elements(By.ID, "sql-result")
+        assert browser.find_element(By.ID, "sql-query").get_attribute("value") == query
+        browser.find_element(By.ID, "sql-run").click()  # the user's own click on the viewer's page does run it
+        result = wait_for(lambda: browser.find_element(By.ID, "sql-result"), what="the result")
+        assert "STOLEN-6" in result.text
+    with Store(path, read_only=True) as store:
+        assert store.memory.get(demo["memory"]).deleted_at is None  # the hostile page changed nothing

@@ -108,7 +108,17 @@ class DuckBackend:
         cur = getattr(self._local, "cursor", None)
         if cur is None:
             cur = self._local.cursor = self.con.cursor()
+            self._made.append(cur)
         return cur
+
+    def interrupt(self) -> None:
+        """Cancel what tracemem's own reads run on the file now, from any thread (a caller's time limit; the
+        query raises duckdb.InterruptException). User SQL keeps its own limit (store/user_sql.py)."""
+        for con in [self.con, *self._made]:
+            try:
+                con.interrupt()
+            except duckdb.Error:  # closed meanwhile: nothing runs on it
+                pass
 
     def connection(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own for one part of the store (the memory, the snapshot index), closed with it."""

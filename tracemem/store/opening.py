@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional
@@ -20,6 +19,7 @@ import duckdb
 from ..errors import StoreError, TracememError
 from .diagnose import first_line, is_data_error, lock_conflict, open_error, same_process_conflict
 from .journal import recover
+from .snapshot_dirs import clean_stale, make_snapshot_dir
 
 
 class StoreLockedError(StoreError):
@@ -64,8 +64,10 @@ def connect(path: str, read_only: bool, block_size: int, snapshot_if_locked: boo
 
 
 def open_snapshot(path: str, holder: str) -> Opened:
-    """Copy the file (and its WAL) aside and open the copy read-only: a consistent-enough read while locked."""
-    folder = tempfile.mkdtemp(prefix="tracemem-snapshot-")
+    """Copy the file (and its WAL) aside and open the copy read-only: a consistent-enough read while locked.
+    Copies that processes which died left behind go first (store/snapshot_dirs.py)."""
+    clean_stale()
+    folder = make_snapshot_dir()
     copy = os.path.join(folder, os.path.basename(path))
     try:
         shutil.copyfile(path, copy)

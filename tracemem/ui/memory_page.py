@@ -21,7 +21,7 @@ from ..memory.errors import MemoryNotFoundError
 from ..memory.records import REVIEW_STATES
 from ..store import StoreLockedError
 from .queries import rows
-from .web import check_token, render, source
+from .web import check_post, render, source
 
 __all__ = ["ROUTES", "memory_uses"]
 
@@ -84,7 +84,7 @@ async def change(request: Request) -> Response:
                       message="this viewer was started read-only; start it with `tracemem ui --allow-edit` "
                               "to flag or forget memories")
     form = {k: v[-1] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
-    check_token(request, form.get("token"))
+    check_post(request, form.get("token"))
     reason = (form.get("reason") or "").strip()
     state = form.get("state", "")
     if action == "flag" and (state not in REVIEW_STATES or not reason):

@@ -1,9 +1,16 @@
 """The SQL console: read-only SQL over the store, as a table (capped, paginated) or as CSV.
 
-Queries go through `store.sql` on the viewer's read-only store, which runs them in the fenced
-DuckDB instance (store/user_sql.py): files, network, ATTACH, SET, extensions and every change
-are refused by DuckDB itself, and the page shows the refusal in words. The query is part of the
-URL, so a result can be linked to and downloaded.
+Queries go through `store.sql` on the viewer's read-only store, which runs them fenced by the
+database: DuckDB in its locked-down instance (store/user_sql.py: files, network, ATTACH, SET,
+extensions and every change refused), PostgreSQL as the store's reader role in a READ ONLY
+transaction (store/pg/reader.py); the page shows a refusal in words. Each query stops at the
+viewer's time limit, and runs beside the other pages, never in their way (ui/source.py).
+
+A query runs only when the console's own form posts it: a POST from the viewer's origin carrying
+the page's token (ui/web.py `check_post`). A link or another site can fill the box (`GET /sql?q=`)
+but never run it, so no web page the user visits can make their browser query the store. CSV cells
+that a spreadsheet would take for a formula (starting with = + - @, or a tab or carriage return)
+are prefixed with `'`.
 """
 from __future__ import annotations
 
@@ -13,17 +20,19 @@ import json
 import math
 from datetime import date, datetime
 from typing import Any, Optional
+from urllib.parse import parse_qs
 
 import duckdb
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import TracememError
-from ..store.user_sql import ReadOnlySQLError, refusal
-from .web import render, source
+from ..store.user_sql import QueryTimeout, ReadOnlySQLError, interrupted, refusal
+from .web import check_post, render, source
 
-__all__ = ["CSV_ROWS", "EXAMPLES", "MAX_ROWS", "PAGE_ROWS", "ROUTES", "cell", "fetch"]
+__all__ = ["CSV_ROWS", "EXAMPLES", "MAX_ROWS", "PAGE_ROWS", "ROUTES", "cell", "csv_cell", "fetch"]
 
 PAGE_ROWS, MAX_ROWS, CSV_ROWS = 100, 10_000, 100_000
 EXAMPLES = [
@@ -45,10 +54,10 @@ class QueryFailed(TracememError):
         self.readonly = readonly
 
 
-def fetch(store: Any, query: str, cap: int) -> tuple[list[str], list[tuple], bool]:
+def fetch(store: Any, query: str, cap: int, timeout: float) -> tuple[list[str], list[tuple], bool]:
     """(columns, at most `cap` rows, whether more were cut) — or QueryFailed saying why."""
     try:
-        rel = store.sql(query)
+        rel = store.sql(query, timeout=timeout)
         if rel is None:
             return [], [], False
         rows = rel.limit(cap + 1).fetchall()
@@ -59,6 +68,8 @@ def fetch(store: Any, query: str, cap: int) -> tuple[list[str], list[tuple], boo
     except TracememError as err:
         raise QueryFailed(str(err), False) from None
     except duckdb.Error as err:  # raised while fetching: DuckDB runs a SELECT lazily
+        if interrupted(err):
+            raise QueryFailed(str(QueryTimeout(timeout)), False) from None
         refused = refusal(query, err)
         if refused is not None:
             raise QueryFailed(f"read-only: {refused}.", True) from None
@@ -80,46 +91,90 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def sql_page(request: Request) -> Response:
-    query = (request.query_params.get("q") or "").strip()
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """A value as a CSV cell a spreadsheet shows as text: one it would read as a formula (`=HYPERLINK(…)`,
+    `+1`, `@SUM`…) gets a leading `'` (numbers stay numbers)."""
+    text = cell(value)
+    if text.startswith(FORMULA_START) and not isinstance(value, (int, float)):
+        return "'" + text
+    return text
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The posted form, once the request is known to come from the console itself (check_post)."""
+    form = {k: v[-1] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
+    check_post(request, form.get("token"))
+    return form
+
+
+def _page(value: Optional[str]) -> int:
     try:
-        page = max(1, int(request.query_params.get("page") or 1))
+        return max(1, int(value or 1))
     except ValueError:
-        page = 1
+        return 1
+
+
+def _run(request: Request, query: str, cap: int) -> tuple[list[str], list[tuple], bool]:
+    src = source(request)
+    with src.reading(user_sql=True) as store:
+        return fetch(store, query, cap, src.timeout)
+
+
+def sql_form(request: Request) -> Response:
+    """GET: the console, its box filled from `q` (a link can fill it; only the form's POST runs it)."""
+    query = (request.query_params.get("q") or "").strip()
+    return _render(request, query, [], [], False, "", False, 1, ran=False)
+
+
+async def sql_run(request: Request) -> Response:
+    form = await _form(request)
+    query = (form.get("q") or "").strip()
     cols: list[str] = []
     rows: list[tuple] = []
     cut, error, readonly = False, "", False
     if query:
-        with source(request).reading() as store:
-            try:
-                cols, rows, cut = fetch(store, query, MAX_ROWS)
-            except QueryFailed as err:
-                error, readonly = str(err), err.readonly
+        try:
+            cols, rows, cut = await run_in_threadpool(_run, request, query, MAX_ROWS)
+        except QueryFailed as err:
+            error, readonly = str(err), err.readonly
+    return _render(request, query, cols, rows, cut, error, readonly, _page(form.get("page")), ran=bool(query))
+
+
+def _render(request: Request, query: str, cols: list[str], rows: list[tuple], cut: bool, error: str, readonly: bool,
+            page: int, ran: bool) -> Response:
     pages = max(1, -(-len(rows) // PAGE_ROWS))
     page = min(page, pages)
     shown = [[(cell(v), v is None) for v in r] for r in rows[(page - 1) * PAGE_ROWS: page * PAGE_ROWS]]
     return render(request, "sql.html", status=400 if error else 200, query=query, cols=cols, rows=shown,
-                  total=len(rows), cut=cut, page=page, pages=pages, error=error, readonly=readonly,
-                  examples=EXAMPLES, limits={"page": PAGE_ROWS, "max": MAX_ROWS, "csv": CSV_ROWS})
+                  total=len(rows), cut=cut, page=page, pages=pages, error=error, readonly=readonly, ran=ran,
+                  examples=EXAMPLES, limits={"page": PAGE_ROWS, "max": MAX_ROWS, "csv": CSV_ROWS,
+                                             "seconds": source(request).timeout})
 
 
-def sql_csv(request: Request) -> Response:
-    query = (request.query_params.get("q") or "").strip()
-    error: Optional[str] = None
-    with source(request).reading() as store:
-        try:
-            cols, rows, cut = fetch(store, query, CSV_ROWS) if query else ([], [], False)
-        except QueryFailed as err:
-            error = str(err)
-    if error is not None:
-        return Response(error + "\n", status_code=400, media_type="text/plain")
+async def sql_csv(request: Request) -> Response:
+    form = await _form(request)
+    query = (form.get("q") or "").strip()
+    try:
+        cols, rows, cut = await run_in_threadpool(_run, request, query, CSV_ROWS) if query else ([], [], False)
+    except QueryFailed as err:
+        return Response(str(err) + "\n", status_code=400, media_type="text/plain")
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(cols)
-    writer.writerows([cell(v) for v in r] for r in rows)
+    writer.writerow([csv_cell(c) for c in cols])
+    writer.writerows([csv_cell(v) for v in r] for r in rows)
     headers = {"Content-Disposition": 'attachment; filename="tracemem-query.csv"',
                "X-Tracemem-Rows": str(len(rows)), "X-Tracemem-Truncated": "true" if cut else "false"}
     return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)
 
 
-ROUTES = [Route("/sql", sql_page), Route("/sql.csv", sql_csv)]
+def csv_get(request: Request) -> Response:
+    return render(request, "error.html", status=405, title="Use the console",
+                  message="a CSV is made by the SQL console's CSV button (a POST from its own page); open /sql, "
+                          "run the query, then press CSV")
+
+
+ROUTES = [Route("/sql", sql_form, methods=["GET"]), Route("/sql", sql_run, methods=["POST"]),
+          Route("/sql.csv", sql_csv, methods=["POST"]), Route("/sql.csv", csv_get, methods=["GET"])]

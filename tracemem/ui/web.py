@@ -3,8 +3,10 @@ links, the edit token, and the ASGI middleware that adds timing and security hea
 
 Stored text comes from models, users and tools, so templates autoescape everything, the pages
 carry a Content-Security-Policy that allows no inline script and nothing from another origin
-(every asset ships in the package), and a POST that changes the store needs the token the
-server put in its own form.
+(every asset ships in the package), and a POST (an SQL query, a memory action) is taken only from
+the viewer's own pages: the browser must say it is same-origin (`Sec-Fetch-Site`, else `Origin`),
+and the form must carry the token the server put in it, which no other page can read. Pages name
+the store by its label, never with a password from its URL.
 """
 from __future__ import annotations
 
@@ -24,11 +26,12 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import UsageError
+from ..errors import TracememError
 from ..text import clip
 from .source import Source
 
-__all__ = ["HERE", "Headers", "check_token", "make_templates", "render", "run_url", "source"]
+__all__ = ["HERE", "Forbidden", "Headers", "check_post", "check_token", "make_templates", "render", "run_url",
+           "source"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -89,16 +92,34 @@ def source(request: Request) -> Source:
 def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
     """A page: `name` rendered with `context` and what every page shows (store, edit mode, note)."""
     state = request.app.state
-    base = {"request": request, "db": state.source.path, "note": state.source.note, "allow_edit": state.allow_edit,
+    base = {"request": request, "db": state.source.label, "note": state.source.note, "allow_edit": state.allow_edit,
             "token": state.token, "version": state.source.served, "nav": name.split(".")[0]}
     return state.templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
 
 
+class Forbidden(TracememError):
+    """A request another web page made the browser send (answered 403)."""
+
+
 def check_token(request: Request, given: Optional[str]) -> None:
-    """Refuse a changing POST that did not come from the viewer's own form."""
+    """Refuse a POST that did not come from the viewer's own form."""
     if not hmac.compare_digest(str(given or ""), request.app.state.token):
-        raise UsageError("this form is stale or came from another page (missing edit token); reload the page "
-                         "and try again")
+        raise Forbidden("this form is stale or came from another page (missing or wrong token); reload the viewer's "
+                        "page and try again")
+
+
+def check_post(request: Request, token: Optional[str]) -> None:
+    """Refuse a POST unless the browser says it came from the viewer's own origin and it carries the token."""
+    site = request.headers.get("sec-fetch-site")
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    if site is not None and site != "same-origin":
+        raise Forbidden(f"this request came from another site (Sec-Fetch-Site: {site}); the viewer only takes "
+                        f"queries and changes from its own pages, so open {own}/ and use its forms")
+    if site is None and origin is not None and origin != own:
+        raise Forbidden(f"this request came from another origin ({origin}); the viewer only takes queries and "
+                        f"changes from its own pages, so open {own}/ and use its forms")
+    check_token(request, token)
 
 
 class Headers:
