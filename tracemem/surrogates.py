@@ -4,7 +4,9 @@ Python strings may hold lone surrogates (`json.loads('"\\\\ud83d"')` makes one f
 truncated emoji escape), which neither DuckDB, Arrow, pydantic's JSON nor UTF-8
 can hold. Wherever tracemem stores text it escapes them (backslashreplace) and says
 so (a note on the run or a line in the step's logs), so one such string never stops
-a value, a step or a run from being recorded.
+a value, a step or a run from being recorded. PostgreSQL text cannot hold a NUL
+character either (DuckDB can): there each becomes the six characters `\\u0000`, noted
+the same way (`nul=True`).
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-__all__ = ["ESCAPED", "storable_text", "escape_surrogates"]
+__all__ = ["ESCAPED", "NUL_ESCAPED", "storable_text", "storable", "escape_surrogates"]
 
 ESCAPED = "lone surrogates (text that is not valid Unicode) escaped as \\uXXXX"
+NUL_ESCAPED = "NUL characters (which PostgreSQL text cannot hold) escaped as \\u0000"
 
 
 def storable_text(text: str) -> Optional[str]:
@@ -26,6 +29,15 @@ def storable_text(text: str) -> Optional[str]:
         return None
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def storable(text: str, nul: bool = False) -> tuple[Optional[str], Optional[str]]:
+    """`text` made storable, and what was changed (`ESCAPED`, and with `nul=True` `NUL_ESCAPED`); (None, None)
+    when it is storable as it is."""
+    fixed = storable_text(text)
+    if nul and "\x00" in text:
+        return (fixed or text).replace("\x00", "\\u0000"), f"{ESCAPED}; {NUL_ESCAPED}" if fixed else NUL_ESCAPED
+    return fixed, None if fixed is None else ESCAPED
 
 
 def escape_surrogates(value: Any) -> Any:

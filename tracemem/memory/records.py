@@ -12,6 +12,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..surrogates import storable_text
 from ..times import utc_naive
 from .errors import MemoryInputError
 
@@ -104,6 +105,17 @@ def _check_text(text: Any) -> str:
         raise MemoryInputError(f"text must be a string, got {type(text).__name__}")
     if not text.strip():
         raise MemoryInputError("text is empty: a memory needs some content to remember")
+    return check_unicode(text, "text")
+
+
+def check_unicode(text: str, what: str) -> str:
+    """`text` when it is valid Unicode; a lone surrogate (half an emoji, as `json.loads` makes from a truncated
+    `\\ud83d` escape) can be neither embedded nor stored, so it is refused with what to do."""
+    if storable_text(text) is not None:
+        raise MemoryInputError(
+            f"{what} {text[:60]!r} holds a lone surrogate (text that is not valid Unicode), which no store can "
+            f"hold; escape it first (tracemem.surrogates.escape_surrogates(text) gives '\\udXXX' in its place) "
+            f"or drop the broken characters")
     return text
 
 
@@ -127,6 +139,7 @@ def _check_tags(tags: Any) -> tuple[str, ...]:
     for t in out:
         if not isinstance(t, str) or not t.strip():
             raise MemoryInputError(f"every tag must be a non-empty string, got {t!r} in {list(out)!r}")
+        check_unicode(t, "tag")
     return out
 
 
@@ -164,7 +177,7 @@ def check_window(valid_from: datetime | None, valid_until: datetime | None) -> N
 def check_subject(subject: Any) -> str:
     if not isinstance(subject, str) or not subject.strip():
         raise MemoryInputError(f"subject must be a non-empty string (whose memory this is), got {subject!r}")
-    return subject
+    return check_unicode(subject, "subject")
 
 
 def as_tags(tags: Sequence[str] | None) -> tuple[str, ...]:

@@ -78,9 +78,12 @@ DERIVED = {t: frozenset({"duration_ms"}) for t in ("runs", "steps", "model_calls
 # never part of a row tuple (a tool call's duration_ms is measured around the tool, so it is given)
 GIVEN: dict[str, list[tuple[str, pa.DataType]]] = {t: [c for c in cols if c[0] not in DERIVED.get(t, ())]
                                                    for t, cols in COLUMNS.items()}
-JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("writes", "value"), ("decisions", "evidence"),
-                          ("prompts", "messages"), ("subflows", "inputs"), ("subflows", "outputs"),
-                          ("model_calls", "options"), ("messages", "message"), ("tool_sets", "tools")})
+JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("runs", "pending"), ("runs", "resume_at"),
+                          ("runs", "counterfactual"), ("writes", "value"), ("decisions", "evidence"),
+                          ("model_calls", "tool_calls"), ("model_calls", "options"), ("prompts", "messages"),
+                          ("subflows", "inputs"), ("subflows", "outputs"), ("human_inputs", "payload"),
+                          ("human_inputs", "answer"), ("tool_calls", "arguments"), ("effects", "result"),
+                          ("messages", "message"), ("tool_sets", "tools")})  # the JSON columns (J above)
 _HOST = socket.gethostname()
 _pid = os.getpid()  # a runs row's pid, read once: os.getpid() is a system call (glibc caches it no more), one per run
 
@@ -118,6 +121,23 @@ def end_facts(run: Run) -> dict[str, Any]:
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
             "query": run.query, "trace_id": run.trace_id, "degraded": run.degraded, "pending": json_text(run.pending),
             "resume_at": json_text(run.resume_at), "span_id": run.span_id, "notes": list(run.notes) or None}
+
+
+FINISH_SQL = ("UPDATE runs SET status = ?, error = ?, output = ?, query = ?, notes = ?, degraded = ?, pending = ?, "
+              "resume_at = ?, ended_at = make_timestamp_ns(?), trace_id = coalesce(?, trace_id), "
+              "span_id = coalesce(?, span_id), duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?")
+"""What completes a runs row written when its run began (a resumed run keeps its earlier trace id unless it has
+a new one): `finish_params` are its parameters."""
+_FINISHED = (("status", "text"), ("error", "text"), ("output", "json"), ("query", "text"), ("notes", "texts"),
+             ("degraded", "text"), ("pending", "json"), ("resume_at", "json"))
+
+
+def finish_params(run_id: str, end: dict[str, Any], cleaner: Optional[Cleaner] = None) -> list[Any]:
+    """FINISH_SQL's parameters for a run's end facts (`end_facts`), each made storable by `cleaner` if given."""
+    values = [end.get(c) for c, _ in _FINISHED]
+    if cleaner is not None:
+        values = [cleaner.one(run_id, f"runs.{c}", fix, v) for (c, fix), v in zip(_FINISHED, values)]
+    return values + [end["ended_at"], end.get("trace_id"), end.get("span_id"), end["ended_at"], run_id]
 
 
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
@@ -297,7 +317,9 @@ class Batch:
                 if run_id in self.runs:
                     self.runs[run_id].notes.extend(notes)
 
-    def _arrow(self, cleaner: Optional[Cleaner]) -> list[tuple[str, pa.Table]]:
+    def arrow(self, cleaner: Optional[Cleaner] = None) -> list[tuple[str, pa.Table]]:
+        """Each table this batch has rows for, as an Arrow table (given and derived columns); through
+        `cleaner`, with every value made storable and each change noted."""
         out = []
         for table, columns in self.columns():
             cols = GIVEN[table]
@@ -314,7 +336,7 @@ class Batch:
         return out
 
     def _insert(self, con: Any, cleaner: Optional[Cleaner], fold: Optional[Fold] = None) -> None:
-        tables = self._arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
+        tables = self.arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
         updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
             cleaner is not None and cleaner.rendered())
@@ -329,18 +351,8 @@ class Batch:
             execute_with(con, statements, dict(zip(names, (t for _, t in tables))))
             if not updates:
                 return
-            for run_id, end in self.finished:  # (a resumed run keeps its earlier trace id unless it has a new one)
-                values = [end["status"], end["error"], end["output"], end["query"], end.get("notes"), end.get("degraded")]
-                if cleaner is not None:
-                    values = [cleaner.one(run_id, f"runs.{c}", fix, v) for c, fix, v in zip(
-                        ("status", "error", "output", "query", "notes", "degraded"),
-                        ("text", "text", "json", "text", "texts", "text"), values)]
-                con.execute("UPDATE runs SET status = ?, error = ?, output = ?, query = ?, notes = ?, degraded = ?, "
-                            "ended_at = make_timestamp_ns(?), trace_id = coalesce(?, trace_id), pending = ?, "
-                            "resume_at = ?, span_id = coalesce(?, span_id), "
-                            "duration_ms = (? - epoch_ns(started_at)) / 1e6 WHERE run_id = ?",
-                            values + [end["ended_at"], end["trace_id"], end.get("pending"), end.get("resume_at"),
-                                      end.get("span_id"), end["ended_at"], run_id])
+            for run_id, end in self.finished:
+                con.execute(FINISH_SQL, finish_params(run_id, end, cleaner))
             added = list(self.notes.items()) + list(cleaner.rendered().items() if cleaner is not None else ())
             for run_id, notes in added:
                 notes = [n.encode("utf-8", "backslashreplace").decode("utf-8") for n in notes]

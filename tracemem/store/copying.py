@@ -49,13 +49,17 @@ class CopyReport:
     memory_events: int = 0
     skipped_runs: int = 0
     skipped_memories: int = 0
+    escaped: dict[str, list[str]] = field(default_factory=dict)  # run id -> values the destination could not
+    #                                                              hold as they were, escaped (also in runs.notes)
 
     def __str__(self) -> str:
         detail = ", ".join(f"{n} {t}" for t, n in self.rows.items() if n)
         skipped = f"; skipped {self.skipped_runs} run(s) and {self.skipped_memories} memory(ies) already there" \
             if self.skipped_runs or self.skipped_memories else ""
+        escaped = f"; in {len(self.escaped)} run(s) text the destination cannot hold was escaped (see their " \
+            f"runs.notes)" if self.escaped else ""
         return (f"copied {self.runs} run(s)" + (f" ({detail})" if detail else "") +
-                f", {self.memories} memory(ies) with {self.memory_events} event(s){skipped}")
+                f", {self.memories} memory(ies) with {self.memory_events} event(s){skipped}{escaped}")
 
 
 def _ids(store: Any, query: str, params: list[Any]) -> list[str]:
@@ -95,7 +99,7 @@ def _plain(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, names=table.column_names)
 
 
-def _copy_rows(src: Any, dst: Any, table: str, where: str, ids: list[str]) -> int:
+def _copy_rows(src: Any, dst: Any, table: str, where: str, ids: list[str], report: CopyReport) -> int:
     # columns both sides have (PostgreSQL's own lease and run_embeddings.seq stay behind; seq is the
     # destination's to number)
     shared = [c for c in _columns(src, table) if c in set(_columns(dst, table))
@@ -104,7 +108,8 @@ def _copy_rows(src: Any, dst: Any, table: str, where: str, ids: list[str]) -> in
     copied = 0
     for batch in src.backend.read(f"SELECT {cols} FROM {table} WHERE {where}", [ids]):
         if batch.num_rows:
-            dst.backend.append(table, _plain(pa.Table.from_batches([batch])))
+            for run_id, notes in dst.backend.append(table, _plain(pa.Table.from_batches([batch]))).items():
+                report.escaped.setdefault(run_id, []).extend(notes)
             copied += batch.num_rows
     return copied
 
@@ -181,7 +186,7 @@ def copy_history(src: Any, dst: Any, *, since: Optional[datetime] = None, pipeli
                 where = "prompt_id IN (SELECT prompt_id FROM prompts WHERE run_id IN (SELECT unnest(?::VARCHAR[])))"
             else:
                 where = "run_id IN (SELECT unnest(?::VARCHAR[]))"
-            report.rows[table] = _copy_rows(src, dst, table, where, todo) if todo else 0
+            report.rows[table] = _copy_rows(src, dst, table, where, todo, report) if todo else 0
             if progress:
                 progress(i + 1, len(tables) + 1)
         if "message_chains" in src.tables() and "message_chains" in dst.tables():  # what the calls name

@@ -205,14 +205,16 @@ class DuckBackend:
         reader = self.cursor().sql(query, params=params or None).to_arrow_reader(65536)
         yield from reader
 
-    def append(self, table: str, data: pa.Table) -> None:
-        """Insert an Arrow table's rows into `table` (columns by name), inside `transaction()` if open."""
+    def append(self, table: str, data: pa.Table) -> dict[str, list[str]]:
+        """Insert an Arrow table's rows into `table` (columns by name), inside `transaction()` if open; nothing
+        needs escaping (DuckDB holds any text another store holds): no notes."""
         self.con.register("_tracemem_append", data)
         try:
             cols = ", ".join(f'"{c}"' for c in data.column_names)
             self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tracemem_append")
         finally:
             self.con.unregister("_tracemem_append")
+        return {}
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

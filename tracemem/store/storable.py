@@ -6,7 +6,8 @@ surrogate such as '\\ud83d' (a truncated emoji escape through `json.loads`) that
 cannot encode, a token count of 10**12 in an INTEGER column, text where a number
 belongs, JSON that DuckDB rejects — the batch is built again through a `Cleaner`:
 every value is checked against its column's type; text is escaped (each lone
-surrogate becomes the six characters `\\udXXX`), a number out of range or of the
+surrogate becomes the six characters `\\udXXX`; for PostgreSQL, `Cleaner(nul=True)`, each
+NUL character `\\u0000`, in text and inside JSON alike), a number out of range or of the
 wrong kind becomes NULL, invalid JSON is stored as a JSON string, NaN in JSON
 becomes null. One bad value never takes its row, its run or another run down.
 """
@@ -19,7 +20,9 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from ..surrogates import ESCAPED, storable_text
+from functools import partial
+
+from ..surrogates import storable
 from ..text import clip
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -27,15 +30,16 @@ _INT64 = (-(2**63), 2**63 - 1)
 MAX_NOTES = 20  # per run: the first distinct notes, then a count
 
 
-def storable_value(value: Any) -> tuple[Any, list[str]]:
-    """A JSON-able value with its text made storable and non-finite floats made null, and what changed."""
+def storable_value(value: Any, nul: bool = False) -> tuple[Any, list[str]]:
+    """A JSON-able value with its text made storable (`nul`: NUL characters escaped too) and non-finite
+    floats made null, and what changed."""
     changes: list[str] = []
 
     def walk(v: Any) -> Any:
         if isinstance(v, str):
-            fixed = storable_text(v)
+            fixed, note = storable(v, nul)
             if fixed is not None:
-                changes.append(ESCAPED)
+                changes.append(note)  # type: ignore[arg-type]
                 return fixed
             return v
         if isinstance(v, float) and not math.isfinite(v):
@@ -53,8 +57,9 @@ def storable_value(value: Any) -> tuple[Any, list[str]]:
 class Cleaner:
     """Checks every value of a batch against its column's type; keeps notes per run."""
 
-    def __init__(self) -> None:
+    def __init__(self, nul: bool = False) -> None:
         self.notes: dict[str, dict[str, int]] = {}
+        self.nul = nul  # NUL characters are escaped too (PostgreSQL text cannot hold them)
 
     def note(self, run_id: Any, text: str) -> None:
         if isinstance(run_id, str):
@@ -73,7 +78,7 @@ class Cleaner:
 
     def one(self, run_id: str, where: str, fix: str, value: Any) -> Any:
         """One value bound as a statement parameter (`fix`: "text", "json" or "texts"), made storable."""
-        fixed, problem = {"text": _fix_text, "json": _fix_json, "texts": _fix_text_list}[fix](value)
+        fixed, problem = {"text": _fix_text, "json": _fix_json, "texts": _fix_text_list}[fix](value, self.nul)
         if problem is not None:
             self.note(run_id, f"{where}: {problem}")
         return fixed
@@ -82,11 +87,11 @@ class Cleaner:
                run_ids: list[Any], steps: Optional[list[Any]]) -> pa.Array:
         """The column as an Arrow array, each value made storable (and noted) where it was not."""
         if is_json:
-            fix = _fix_json
+            fix = partial(_fix_json, nul=self.nul)
         elif pa.types.is_list(kind):
-            fix = _fix_embedding if kind.value_type == pa.float32() else _fix_text_list
+            fix = _fix_embedding if kind.value_type == pa.float32() else partial(_fix_text_list, nul=self.nul)
         else:
-            fix = _FIXERS.get(kind, _fix_text)
+            fix = _FIXERS.get(kind) or partial(_fix_text, nul=self.nul)
         out = []
         for i, value in enumerate(values):
             fixed, problem = fix(value)
@@ -102,25 +107,26 @@ def _shown(value: Any) -> str:
     return clip(repr(value), 60)
 
 
-def _fix_text(value: Any) -> tuple[Any, Optional[str]]:
+def _fix_text(value: Any, nul: bool = False) -> tuple[Any, Optional[str]]:
     if value is None:
         return None, None
     if not isinstance(value, str):
-        value = str(value)
-        fixed = storable_text(value)
-        return (fixed if fixed is not None else value), f"a {type(value).__name__} where text belongs, stored as text"
-    fixed = storable_text(value)
-    return (value, None) if fixed is None else (fixed, ESCAPED)
+        kind = type(value).__name__
+        text = str(value)
+        fixed, _ = storable(text, nul)
+        return (fixed if fixed is not None else text), f"a {kind} where text belongs, stored as text"
+    fixed, note = storable(value, nul)
+    return (value, None) if fixed is None else (fixed, note)
 
 
-def _fix_text_list(value: Any) -> tuple[Any, Optional[str]]:
+def _fix_text_list(value: Any, nul: bool = False) -> tuple[Any, Optional[str]]:
     if value is None:
         return None, None
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     problems = []
     out = []
     for item in items:
-        fixed, problem = _fix_text(item)
+        fixed, problem = _fix_text(item, nul)
         out.append(fixed)
         if problem is not None:
             problems.append(problem)
@@ -169,19 +175,19 @@ def _fix_float(value: Any) -> tuple[Any, Optional[str]]:
         return None, f"{_shown(value)} is not a number; stored NULL"
 
 
-def _fix_json(value: Any) -> tuple[Any, Optional[str]]:
+def _fix_json(value: Any, nul: bool = False) -> tuple[Any, Optional[str]]:
     if value is None:
         return None, None
     if not isinstance(value, str):  # rows normally arrive as text already (batch.extra_row)
-        fixed, changes = storable_value(value)
+        fixed, changes = storable_value(value, nul)
         return json.dumps(fixed, default=str, ensure_ascii=False), (changes[0] if changes else None)
     try:
         parsed = json.loads(value)
     except ValueError:
-        text = storable_text(value)
+        text, _ = storable(value, nul)
         return json.dumps(text if text is not None else value, ensure_ascii=False), \
             "not valid JSON; stored as a JSON string"
-    fixed, changes = storable_value(parsed)
+    fixed, changes = storable_value(parsed, nul)
     if not changes:
         return value, None
     return json.dumps(fixed, ensure_ascii=False, separators=(",", ":")), changes[0]
@@ -203,5 +209,5 @@ def _fix_bool(value: Any) -> tuple[Any, Optional[str]]:
     return None, f"{_shown(value)} is not true or false, stored NULL"
 
 
-_FIXERS = {pa.string(): _fix_text, pa.int32(): _fix_int, pa.float64(): _fix_float,
+_FIXERS = {pa.int32(): _fix_int, pa.float64(): _fix_float,
            pa.timestamp("ns"): _fix_timestamp, pa.bool_(): _fix_bool}

@@ -25,7 +25,7 @@ from ..tables import ALL_TABLES, VIEWS
 from ..user_sql import DEFAULT_TIMEOUT, QueryTimeout, ReadOnlySQLError
 from .connection import (PgConnection, PgCursor, PgError, bind, first_line, parse_target, quote_ident,
                          transient_failure, translate)
-from .copy import copy_table, insert_batch
+from .copy import copy_arrow, insert_batch
 from .lease import Reaper, hold, reap
 from .memory_sql import PgMemorySQL
 from .reader import ReaderRefused, check_session, run_read_only
@@ -100,7 +100,7 @@ class PgBackend:
         return self.writer
 
     def insert(self, batch: Batch) -> None:
-        insert_batch(self._writer(), batch, self.lease)
+        insert_batch(self._writer(), batch)
 
     def insert_beside(self, batch: Batch) -> bool:
         return False  # a flush writes after the batch in flight (the writer's one connection)
@@ -203,11 +203,11 @@ class PgBackend:
                     cols = list(zip(*rows))
                     yield pa.RecordBatch.from_arrays([pa.array(c, type=k) for c, k in zip(cols, kinds)], names=names)
 
-    def append(self, table: str, data: pa.Table) -> None:
-        """COPY an Arrow table's rows into `table` (columns by name)."""
+    def append(self, table: str, data: pa.Table) -> dict[str, list[str]]:
+        """COPY an Arrow table's rows into `table` (columns by name); what had to be escaped, by run (see
+        pg/copy.py `copy_arrow`)."""
         vectors = ("embedding",) if table == "memories" and self.memory_sql.kind == "vector" else ()
-        copy_table(self._writer(), table, data.column_names, [f.type for f in data.schema],
-                   list(data.columns), vectors=vectors)
+        return copy_arrow(self._writer(), table, data, vectors)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

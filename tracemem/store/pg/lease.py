@@ -71,7 +71,7 @@ def recover_lease(con: PgConnection, lease: str) -> list[str]:
         batch, ends = replay(entries)
         batch.finished = [(run_id, end) for run_id, end in ends.items() if end is not None]
         batch.journaled = sorted({e[0] for e in entries})
-        insert_batch(con, batch, lease)
+        insert_batch(con, batch)
         unended = [r for r in running if r not in ends]
         if unended:
             con.execute("UPDATE runs SET status = 'interrupted', error = coalesce(error, "

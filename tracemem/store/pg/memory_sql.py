@@ -80,8 +80,9 @@ class PgMemorySQL:
         kinds = [_KINDS.get(c, pa.string()) for c in MEMORY_COLUMNS]
         embeddings: list[Any] = [None] * len(recs) if vecs is None or dim is None else \
             list(np.asarray(vecs, dtype=np.float32).reshape(len(recs), -1))
-        copy_table(con, "memories", [*MEMORY_COLUMNS, "embedding"], kinds + [pa.list_(pa.float32())],
-                   columns + [embeddings], vectors=("embedding",) if self.kind == "vector" else ())
+        copy_table(con, "memories", [*MEMORY_COLUMNS, "embedding"], kinds + [pa.list_(pa.float32())],  # (a NUL
+                   columns + [embeddings], vectors=("embedding",) if self.kind == "vector" else (),  # as \u0000)
+                   escape_nul=True)
         self.written.update((r[0], r[_UPDATED]) for r in recs)
         return [(s, fp, +1) for s, fp in fingerprint.of_ids(con, [r[0] for r in recs]).items()]
 
@@ -89,7 +90,7 @@ class PgMemorySQL:
         if not events:
             return
         rows = [(mid, ev, event_text(old), event_text(new), run_id, at, reason) for mid, ev, old, new, run_id, at, reason in events]
-        copy_table(con, "memory_events", _EVENT_COLS, _EVENT_KINDS, [list(c) for c in zip(*rows)])
+        copy_table(con, "memory_events", _EVENT_COLS, _EVENT_KINDS, [list(c) for c in zip(*rows)], escape_nul=True)
 
     def fetch_records(self, con: PgConnection, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in con.execute(f"SELECT {_COLS} FROM memories WHERE {where}", list(params)).fetchall()]
