@@ -150,7 +150,7 @@ def test_overlapped_remember_many_is_all_or_nothing(con: duckdb.DuckDBPyConnecti
     mem.remember("u", "kept before")
     bad = items(MIN_ROWS + 10)
     bad[BLOCK + 3]["text"] = "lone surrogate \ud800 in the second block"
-    with pytest.raises(UnicodeEncodeError):
+    with pytest.raises(MemoryInputError, match="lone surrogate"):  # (refused before the first block is written)
         mem.remember_many(bad)
     assert con.execute("SELECT count(*) FROM memories").fetchone() == (1,)
     assert con.execute("SELECT count(*) FROM memory_events").fetchone() == (1,)
