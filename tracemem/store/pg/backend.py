@@ -4,9 +4,9 @@ machines, write at once (see store/backend.py for the seam it fills).
 Connections: the store's own (reads, memory, user SQL; it also holds this opening's lease),
 the writer's (batches, the journal, recovering dead leases), so a batch being copied in
 never waits behind a query, and the other way round, and, made when first asked for, the
-user's (`store.con`), so a transaction a user leaves open never holds tracemem's up. There is no lock file and no PID: runs
-are recorded with the opening's lease, and whoever finds a lease dead recovers its runs
-(pg/lease.py).
+user's (`store.con`), so a transaction a user leaves open never holds tracemem's up. There is
+no lock file and no PID: runs are recorded with the opening's lease, and whoever finds a lease
+dead recovers its runs (pg/lease.py).
 """
 from __future__ import annotations
 
