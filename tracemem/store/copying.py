@@ -191,7 +191,7 @@ def copy_history(src: Any, dst: Any, *, since: Optional[datetime] = None, pipeli
                 progress(i + 1, len(tables) + 1)
         if "message_chains" in src.tables() and "message_chains" in dst.tables():  # what the calls name
             report.rows.update(copy_content(src.backend.con, dst.backend.con, todo,
-                                            lambda table, where, ids: _copy_rows(src, dst, table, where, ids)))
+                                            lambda table, where, ids: _copy_rows(src, dst, table, where, ids, report)))
     _copy_memories(src, dst, todo, since is None and pipeline is None, report)
     dst.snapshots.reset()
     if progress:
