@@ -6,17 +6,26 @@
   call is recorded with the tool calls it asked for), appends the reply as the
   assistant message and keeps its tool calls in `pending_tool_calls`;
 - `route` (a decider) goes to `tools` while the reply asked for tools, else to `final`;
+- `approve_tools` (only when a tool is declared `needs_approval=True`) pauses the run
+  while the reply asks for such a tool: a person approves, rejects (the model reads
+  the message) or edits each call (`tracemem.tools.ToolApprovals`), and only approved
+  calls go on; the decision is a recorded human input that backtracking names;
 - `tools` runs every pending call as a step of its own, all at once (`Pipeline.map`:
   threads for sync tools, `asyncio.gather` for async ones), records each in the
   `tool_calls` table (arguments, result, error, timing, the size cap if applied) and
-  appends its tool-result message (with `tool_call_id`) in the order the model asked;
+  appends its tool-result message (with `tool_call_id`) in the order the model asked.
+  A tool not declared `pure=True` is a side effect (`ctx.effect`): made once with the
+  idempotency key `run:step:call id` (a tool may take it: `inject=("idempotency_key",)`),
+  and answered from the record by a resume, a replaying fork or a counterfactual;
 - the loop back to `think` is guarded: more than `max_turns` rounds of tools fail the
   run with a LoopLimitError naming the `max_turns` loop, every step so far kept;
 - `final` writes the last assistant text to `answer`.
 
 A tool that raises, arguments that are not JSON or do not fit, and an unknown tool
 name become tool-result messages stating the error (`ToolSet.run`): the model reads
-them and can correct itself, and the run goes on. A tool may ask for the tool step's
+them and can correct itself, and the run goes on. A reply asking for more than
+`max_calls_per_reply` calls fails the run (recorded, naming the cap); two calls with
+one id are told apart (`id#2`), so each result goes back under its own id. A tool may ask for the tool step's
 scope view, its context or any `env` value by name (`@tool(inject=("scope",))`):
 what it reads through the scope is recorded, so backtracking shows it.
 
@@ -29,7 +38,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 from tracemem import Pipeline, PipelineError, StageContext, decide
 from tracemem.models import ChatModel, Message, ToolCall, ToolChoice
-from tracemem.tools import Tool, ToolOutcome, ToolSet
+from tracemem.tools import REJECTED, Tool, ToolApprovals, ToolError, ToolOutcome, ToolSet, ask_payload
 
 from .model_call import append_message, chat_model, conversation
 from .scope import AgentScope
@@ -54,11 +63,12 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
                tool_choice: ToolChoice = None, system_from: Optional[str] = "prompt",
                prompt_id_from: Optional[str] = "prompt_id", messages_from: str = "messages",
                question_from: Optional[str] = "question", pending_from: str = "pending_tool_calls",
-               into: str = "answer") -> Pipeline[Any]:
+               into: str = "answer", max_calls_per_reply: int = 32) -> Pipeline[Any]:
     """Append think → route → tools → … → final to `pipeline` (or a new `Pipeline(name, scope)`); return it.
 
     `tools` is a ToolSet or the tools (functions become tools); `model` a ChatModel or the `env` key
-    holding one; `max_turns` the most rounds of tool calls before the run fails."""
+    holding one; `max_turns` the most rounds of tool calls before the run fails; `max_calls_per_reply` the
+    most tool calls one reply may ask for (more fail the run)."""
     toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
     pipe = pipeline if pipeline is not None else Pipeline(name, scope)
     fields = pipe.scope
@@ -79,11 +89,17 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
                                        question_from=question_from, ask=ctx.iteration == 0)
         prompt_id = (getattr(scope, prompt_id_from) or None) if prompt_id_from else None
         reply = ctx.complete(chat, messages, prompt_id=prompt_id, **options)
+        if len(reply.tool_calls) > max_calls_per_reply:
+            raise ToolError(f"the model asked for {len(reply.tool_calls)} tool calls in one reply; at most "
+                            f"{max_calls_per_reply} are run (tool_agent(max_calls_per_reply=...))")
+        calls = distinct_ids(reply.tool_calls)
         history = getattr(scope, messages_from)
         if asked:
             append_message(history, Message(role="user", content=messages[-1].content))
-        append_message(history, reply.message)
-        setattr(scope, pending_from, list(reply.tool_calls))
+        message = reply.message
+        append_message(history, message if calls == list(reply.tool_calls) else
+                       message.model_copy(update={"tool_calls": calls}))
+        setattr(scope, pending_from, calls)
 
     def route(scope: Any) -> str:
         """Tools while the model asks for them; else the final answer."""
@@ -99,20 +115,56 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
             ctx.log(f"tool {outcome.name} ({outcome.call_id}): {outcome.error_kind}: {outcome.error}")
         append_message(getattr(scope, messages_from), outcome.message())
 
-    def injected(scope: Any, ctx: StageContext, call: ToolCall) -> dict[str, Any]:
+    def injected(scope: Any, ctx: StageContext, call: ToolCall, key: Optional[str]) -> dict[str, Any]:
         """What a tool may ask for by name (`inject=`): none of it is built for a tool that asks for nothing."""
         one = toolset.tools.get(call.name)
-        return {**ctx.env, "scope": scope, "ctx": ctx} if one is None or one.injected else {}
+        return {**ctx.env, "scope": scope, "ctx": ctx, "idempotency_key": key} if one is None or one.injected else {}
+
+    def effect(call: ToolCall) -> bool:
+        one = toolset.tools.get(call.name)
+        return one is not None and not one.pure
 
     def run_tool(scope: Any, ctx: StageContext) -> None:
-        """Run one tool call the model asked for (errors go back to the model)."""
+        """Run one tool call the model asked for (errors go back to the model), once if it has side effects."""
         call = _call(ctx.item)
-        record(scope, ctx, toolset.run(call, **injected(scope, ctx, call)))
+        if not effect(call):
+            return record(scope, ctx, toolset.run(call, **injected(scope, ctx, call, None)))
+        done = ctx.effect(call.name, lambda key: toolset.run(call, **injected(scope, ctx, call, key)).recorded(),
+                          input=_input(call), kind="tool", key=call.id)
+        record(scope, ctx, ToolOutcome(**done))
 
     async def arun_tool(scope: Any, ctx: StageContext) -> None:
-        """Run one tool call the model asked for (errors go back to the model)."""
+        """Run one tool call the model asked for (errors go back to the model), once if it has side effects."""
         call = _call(ctx.item)
-        record(scope, ctx, await toolset.arun(call, **injected(scope, ctx, call)))
+        if not effect(call):
+            return record(scope, ctx, await toolset.arun(call, **injected(scope, ctx, call, None)))
+
+        async def make(key: str) -> dict[str, Any]:
+            return (await toolset.arun(call, **injected(scope, ctx, call, key))).recorded()
+        record(scope, ctx, ToolOutcome(**await ctx.aeffect(call.name, make, input=_input(call), kind="tool",
+                                                           key=call.id)))
+
+    def approve(scope: Any, ctx: StageContext) -> None:
+        """Pause for a person when the reply asks for a tool that needs approval; go on with their decisions."""
+        pending = [_call(c) for c in getattr(scope, pending_from)]
+        asks = [c for c in pending if c.name in toolset and toolset[c.name].needs_approval]
+        if not asks:
+            return
+        decisions: ToolApprovals = ctx.interrupt(ask_payload(asks, toolset.tools), expect=ToolApprovals)
+        kept, history = [], getattr(scope, messages_from)
+        for call in pending:
+            decision = decisions.decision(call.id)
+            if decision is None or decision.approved:
+                kept.append(call if decision is None or decision.arguments is None else
+                            ToolCall(id=call.id, name=call.name, arguments=decision.arguments))
+            else:
+                text = REJECTED.format(message=decision.message.strip() or "not approved")
+                ctx.emit("tool_calls", call_id=call.id, name=call.name, arguments=call.arguments,
+                         arguments_text=call.arguments_text, result=text, error="rejected by a person",
+                         error_kind="rejected", truncated=False, original_chars=len(text), started_at=None,
+                         duration_ms=0.0)
+                append_message(history, Message(role="tool", tool_call_id=call.id, content=text))
+        setattr(scope, pending_from, kept)
 
     def final(scope: Any) -> None:
         """The answer: the last assistant message's text."""
@@ -123,12 +175,34 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
 
     each = arun_tool if any(t.is_async for t in toolset) else run_tool
     names = ", ".join(toolset.tools) or "none"
-    arm = Pipeline(f"{pipe.name}.tools", pipe.scope).map(
-        each, over=pending_from, id="tools", name="tools", tool=True, description=f"run each tool call ({names})")
+    arm = Pipeline(f"{pipe.name}.tools", pipe.scope)
+    gated = [t.name for t in toolset if t.needs_approval]
+    if gated:
+        arm = arm.then(approve, id="approve_tools", description=f"a person approves calls of {', '.join(gated)}")
+    arm = arm.map(each, over=pending_from, id="tools", name="tools", tool=True,
+                  description=f"run each tool call ({names})")
     return (pipe.then(think, id="think")
             .branch(route, {"tools": arm, "final": final}, id="route")
             .loop_to("think", when="tools", max_iterations=max_turns, id="max_turns"))
 
 
 def _call(item: Any) -> ToolCall:
-    return item if isinstance(item, ToolCall) else ToolCall.model_validate(item)
+    """A tool call as a plain ToolCall (from a scope's tracked copy, or a dict loaded back)."""
+    if isinstance(item, ToolCall):
+        return item
+    return ToolCall.model_validate(item.model_dump() if hasattr(item, "model_dump") else item)
+
+
+def _input(call: ToolCall) -> Any:
+    """What identifies a tool call's effect: its arguments (parsed when they are JSON)."""
+    return call.arguments if call.arguments is not None else call.arguments_text
+
+
+def distinct_ids(calls: Iterable[ToolCall]) -> list[ToolCall]:
+    """The calls, a repeated id told apart (`id#2`, ...) so each result goes back under its own id."""
+    seen: dict[str, int] = {}
+    out = []
+    for call in calls:
+        n = seen[call.id] = seen.get(call.id, 0) + 1
+        out.append(call if n == 1 else call.model_copy(update={"id": f"{call.id}#{n}"}))
+    return out

@@ -277,15 +277,27 @@ def test_a_forked_tool_agent_replays_its_recorded_tool_calls_without_the_model()
         assert [r["result"] for r in again.rows["tool_calls"]] == ['{"order_id":"A1","status":"shipped"}']
 
 
-def test_a_map_stage_cannot_pause():
+def test_a_map_step_that_asks_pauses_the_whole_map_and_a_resume_enters_it_again():
     class Items(BaseModel):
         items: list[int] = []
+        done: list[int] = []
+
+    calls: list[int] = []
 
     def ask(scope: Items, ctx: Any) -> None:
-        ctx.interrupt({"approve": ctx.item})
+        made = ctx.effect("touch", lambda key: calls.append(ctx.item) or ctx.item, input=ctx.item)
+        if ctx.item == 2 and not ctx.interrupt({"approve": ctx.item}):
+            return
+        scope.done.append(made)
 
-    with pytest.raises(PipelineError, match="map 'ask' calls ctx.interrupt"):
-        Pipeline("p", Items).map(ask, over="items").build()
+    flow = Pipeline("p", Items).map(ask, over="items").build()
+    with Store(":memory:") as store:
+        run = flow.run({"items": [1, 2, 3]}, store=store)
+        assert run.status == "paused" and run.pending == {"approve": 2} and run.resume_at["item"] == 1
+        assert [s.status for s in run.steps] == ["paused"] * 3 and run.output.done == [] and calls == [1, 2, 3]
+        done = flow.resume(run.run_id, True, store=store)
+        assert done.output.done == [1, 2, 3] and calls == [1, 2, 3]  # the effects were replayed, not repeated
+        assert [r["mode"] for r in done.rows["effects"]] == ["live"] * 3 + ["replayed"] * 3
     with pytest.raises(PipelineError, match="over='nope': the scope Items has no field 'nope'"):
         Pipeline("p", Items).map(ask, over="nope")
     with pytest.raises(PipelineError, match="must take \\(scope, ctx\\)"):

@@ -16,6 +16,7 @@ Every error tracemem raises on purpose derives from `TracememError`:
     ├── RunFailed            a run ended failed; `.run` is the recorded run
     ├── ResumeError          a run cannot be resumed or forked as asked (`flow.resume`, `flow.fork`)
     │   └── AnswerError      a resume's answer does not fit the pause's `expect=` (the run stays paused)
+    ├── PauseSignal          what `ctx.interrupt` raises to pause the run (the runner catches it)
     ├── RunCancelled         a streamed run was stopped before its next step (recorded `interrupted`)
     ├── ModelError           a chat model call failed (tracemem.models)
     ├── ReplayMissError      a replayed call asked what the record never did, with no live model (flow.replay)
@@ -126,6 +127,12 @@ class RunFailed(TracememError):
 class ResumeError(TracememError):
     """A run cannot be resumed or forked as asked: it is not paused, another flow version recorded it,
     another process is resuming it, or the step to fork from does not fit; the message says which."""
+
+
+class PauseSignal(TracememError):
+    """Raised by `ctx.interrupt` to end the stage; the runner turns it into a paused run. A stage that
+    catches it (`except Exception:`) still pauses: the runner goes by what `ctx.interrupt` recorded. A tool
+    that asks (`ctx.interrupt` in its body) lets it through, so its tool call pauses rather than fails."""
 
 
 class AnswerError(ResumeError, ValueError):

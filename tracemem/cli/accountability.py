@@ -40,6 +40,8 @@ def setup_counterfactual(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flow", required=True, help="the flow that recorded the run: MODULE:ATTR or FILE.py:ATTR")
     p.add_argument("--env", help="MODULE:ATTR of the env the stages need (a dict, or a function returning one); "
                                  "a changed model call goes to its model")
+    p.add_argument("--live-effects", action="store_true", help="make side effects (tool calls, effect stages) "
+                   "again for real; by default they are replayed from the record and never repeated")
 
 
 def cmd_mark(args: argparse.Namespace, out: Any) -> None:
@@ -89,7 +91,7 @@ def cmd_counterfactual(args: argparse.Namespace, out: Any) -> None:
     flow, env = load_flow(args.flow, "--flow"), load_env(args.env)
     with open_store(args, write=True) as store:  # the re-execution is recorded, as a fork
         trace = store.backtrack(resolve_run(store, args.run), args.path)
-        result = trace.counterfactual(args.without, flow=flow, env=env, store=store)
+        result = trace.counterfactual(args.without, flow=flow, env=env, store=store, live_effects=args.live_effects)
     if wants_json(args):
         print(to_json(asdict(result)), file=out)
     else:

@@ -22,7 +22,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                                                  "(a Pipeline or a built Flow)")
     p.add_argument("--env", help="MODULE:ATTR of the env the stages need (a dict, or a function returning one)")
     p.add_argument("--replay", action="store_true",
-                   help="answer model calls whose exact request the run recorded from the record")
+                   help="answer model calls and side effects the run recorded from the record (an effect the record "
+                        "lacks pauses the run)")
+    p.add_argument("--live-effects", action="store_true",
+                   help="make side effects (tool calls, effect stages) again for real instead of replaying them")
 
 
 def setup_resume(p: argparse.ArgumentParser) -> None:
@@ -79,7 +82,11 @@ def _report(run: Any, out: Any, args: argparse.Namespace, extra: dict[str, Any])
         print(to_json(facts), file=out)
         return
     print(f"run {run.run_id}: {run.status}" + (f" ({run.error})" if run.error else ""), file=out)
-    if run.status == "paused":
+    if run.status == "paused" and (run.resume_at or {}).get("kind") == "effect":
+        print(f"  stopped before a side effect the record does not hold: {json.dumps(run.pending, default=str)}",
+              file=out)
+        print(f"  make it for real: tracemem resume {run.run_id} --flow {args.flow} --live-effects", file=out)
+    elif run.status == "paused":
         print(f"  asks: {json.dumps(run.pending, default=str)}", file=out)
         print(f"  answer it: tracemem resume {run.run_id} --flow {args.flow} --answer JSON", file=out)
     for label, value in extra.items():
@@ -95,7 +102,7 @@ def cmd_resume(args: argparse.Namespace, out: Any) -> None:
     answer = _json_arg(args.answer, "--answer") if args.answer is not None else NO_ANSWER
     with _writable(args, args.run) as store:
         run = flow.resume(resolve_run(store, args.run), answer, store=store, by=args.by, env=env,
-                          replay=args.replay, raise_on_error=False)
+                          replay=args.replay, raise_on_error=False, live_effects=args.live_effects)
         _report(run, out, args, {})
 
 
@@ -110,7 +117,8 @@ def cmd_fork(args: argparse.Namespace, out: Any) -> None:
     step: Any = int(args.step) if args.step.lstrip("-").isdigit() else args.step
     with _writable(args, args.run) as store:
         source = store.run(resolve_run(store, args.run))
-        run = flow.fork(source, step, edits=edits, store=store, env=env, replay=args.replay, raise_on_error=False)
+        run = flow.fork(source, step, edits=edits, store=store, env=env, replay=args.replay, raise_on_error=False,
+                        live_effects=args.live_effects)
         changes = [{"path": c.path, "ours": c.ours, "theirs": c.theirs} for c in run.diff(source)]
         _report(run, out, args, {"forked from": f"run {source.run_id} after step {run.forked_from_step}",
                                  "changes": changes})

@@ -77,6 +77,15 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
         print("\ndecisions", file=out)
         print(table(["step", "chosen", "evidence"], [[d.step, d.chosen, d.evidence] for d in run.decisions],
                     width=10**6 if args.full else 90), file=out)
+    effects = run.rows.get("effects", [])
+    if effects:  # each side effect a step made, and whether it was made here or answered from the record
+        stages = {s.step: s.stage for s in run.steps}
+        print("\nside effects (live: made by this run; replayed: answered from the record, not made again)", file=out)
+        print(table(["step", "stage", "kind", "name", "mode", "made in", "idempotency key"],
+                    [[e["step"], stages.get(e["step"]), e["kind"], e["name"], e["mode"],
+                      "here" if e.get("source_run_id") == run.run_id else
+                      f"{str(e.get('source_run_id'))[:8]}@{e.get('source_step')}", e.get("idempotency_key")]
+                     for e in effects]), file=out)
     for flag, title, text in (("calls", "model calls", lambda r: calls_text(r, requests)),
                               ("prompts", "prompts", prompts_text), ("logs", "step logs", logs_text)):
         if args.full or getattr(args, flag):

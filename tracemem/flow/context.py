@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import time
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from ..errors import TracememError
 from ..ids import new_id
 from ..scope.tracked import unwrap
 from .answers import check_answer, expect_ref
+from .effects import LIVE, EffectPolicy, effect_hash, replayed_result
 from .interrupt import Answer, Pause, PauseSignal, json_text
 from .replay import ReplayModel, request_hash
 from ..exchange import Exchange, exchange_of, output_row
@@ -34,6 +36,15 @@ if TYPE_CHECKING:
     from .events import EventFeed
 
 
+WITHHELD = "this run replays a record that does not hold this effect; it is not made again unless asked"
+
+
+class Replayed(NamedTuple):
+    """An effect answered from the record (what `StageContext._effect_begin` gives instead of running it)."""
+
+    result: Any
+
+
 class StageContext:
     """What a stage may know besides the scope.
 
@@ -45,11 +56,12 @@ class StageContext:
     """
 
     __slots__ = ("run_id", "step", "stage", "name", "iteration", "args", "env", "subject", "store", "run",
-                 "pipeline", "item", "_rec", "_answers", "_asked", "_replay", "_events")
+                 "pipeline", "item", "_rec", "_answers", "_asked", "_replay", "_events", "_effects", "_made")
 
     def __init__(self, run: "Run", rec: "StepRecorder", name: str, iteration: int, args: Mapping[str, Any],
                  env: Mapping[str, Any], store: Any, answers: Optional[Sequence[Answer]] = (),
-                 replay: Any = None, *, item: Any = None, events: Optional["EventFeed"] = None) -> None:
+                 replay: Any = None, *, item: Any = None, events: Optional["EventFeed"] = None,
+                 effects: EffectPolicy = LIVE) -> None:
         self.run_id = run.run_id
         self.run = run
         self.pipeline = run.pipeline
@@ -67,6 +79,8 @@ class StageContext:
         self._asked = 0
         self._replay = replay  # a ReplayBook: calls whose exact request it holds are answered from it
         self._events = events  # set while the run streams events: tokens go there as they arrive
+        self._effects = effects  # live, or replayed from a record (flow/effects.py)
+        self._made: dict[str, int] = {}  # effects made so far in this step, by name (their keys count them)
 
     @property
     def without(self) -> frozenset[str]:
@@ -104,6 +118,80 @@ class StageContext:
         json_text(payload)  # refused now if it cannot be recorded
         self._rec.pause = Pause(payload, self.stage, "interrupt", self.step, expect=ref)
         raise PauseSignal(f"stage '{self.stage}' paused run {self.run_id} for an answer (ctx.interrupt)")
+
+    def effect(self, name: str, fn: Callable[[str], Any], *, input: Any = None, kind: str = "call",
+               key: Optional[str] = None) -> Any:
+        """Make a side effect once: `fn(idempotency_key)` runs (an HTTP POST, a payment, an e-mail) and what
+        it returns is recorded (as JSON) with `input`, which identifies it. A run that re-executes recorded work
+        (a resume re-entering this stage, a `replay=True` fork, a counterfactual) gets the recorded result back
+        instead of running it again; see flow/effects.py. The key, `run id:step:name#n` (or `:key` when given),
+        is the same when a crashed run resumes and this step runs again: pass it to APIs that take one."""
+        ready = self._effect_begin(kind, name, input, key)
+        if isinstance(ready, Replayed):
+            return ready.result
+        started = time.time_ns()
+        try:
+            result = fn(ready[3])
+        except PauseSignal:  # it asked a person before making anything: no effect to record
+            raise
+        except Exception as err:
+            self.record_effect(*ready, "live", None, f"{type(err).__name__}: {err}", started)
+            raise
+        self.record_effect(*ready, "live", result, None, started)
+        return result
+
+    async def aeffect(self, name: str, fn: Callable[[str], Awaitable[Any]], *, input: Any = None,
+                      kind: str = "call", key: Optional[str] = None) -> Any:
+        """`effect` for an async `fn`."""
+        ready = self._effect_begin(kind, name, input, key)
+        if isinstance(ready, Replayed):
+            return ready.result
+        started = time.time_ns()
+        try:
+            result = await fn(ready[3])
+        except PauseSignal:
+            raise
+        except Exception as err:
+            self.record_effect(*ready, "live", None, f"{type(err).__name__}: {err}", started)
+            raise
+        self.record_effect(*ready, "live", result, None, started)
+        return result
+
+    @property
+    def effects(self) -> EffectPolicy:
+        """How this step treats side effects: made live, or replayed from a record (flow/effects.py)."""
+        return self._effects
+
+    def _effect_begin(self, kind: str, name: str, input: Any, key: Optional[str]) -> Any:
+        """A replayed effect (`Replayed`), or what making it needs: (kind, name, input hash, key); pauses the
+        run instead when it replays a record that does not hold this effect."""
+        n = self._made[name] = self._made.get(name, 0) + 1
+        h = effect_hash(kind, name, input)
+        ident = (kind, name, h, f"{self.run_id}:{self.step}:{key if key is not None else f'{name}#{n}'}")
+        row = self._effects.recorded(kind, name, h)
+        if row is not None:
+            self.record_effect(*ident, "replayed", replayed_result(row), None, time.time_ns(), source=row)
+            return Replayed(replayed_result(row))
+        if self._effects.withholds:
+            self.withhold(name, kind, input)
+        return ident
+
+    def withhold(self, name: str, kind: str, input: Any) -> None:
+        """Pause the run before an effect its replayed record does not hold (it is not made)."""
+        self._rec.pause = Pause({"effect": name, "kind": kind, "input": input, "why": WITHHELD}, self.stage,
+                                "effect", self.step)
+        raise PauseSignal(f"stage '{self.stage}' would make the effect {name!r}, which the record this run "
+                          f"replays does not hold: paused instead (resume with live_effects=True to make it)")
+
+    def record_effect(self, kind: str, name: str, h: str, key: str, mode: str, result: Any, error: Optional[str],
+                      started: int, source: Optional[Mapping[str, Any]] = None) -> None:
+        """An `effects` row of this step: made live (`source` None) or replayed from the recorded `source`."""
+        origin = (self.run_id, self.step) if source is None else (
+            source.get("source_run_id") or source.get("run_id"), source.get("source_step") or source.get("step"))
+        self.emit("effects", idx=sum(1 for table, _ in self._rec.rows if table == "effects"), kind=kind, name=name, input_hash=h,
+                  idempotency_key=key if source is None else source.get("idempotency_key"), mode=mode,
+                  source_run_id=origin[0], source_step=origin[1], result=json.dumps(result, default=str),
+                  error=error, started_at=started, duration_ms=(time.time_ns() - started) / 1e6)
 
     @property
     def answer(self) -> Any:

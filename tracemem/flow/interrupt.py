@@ -24,11 +24,11 @@ from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
-from ..errors import TracememError
+from ..errors import PauseSignal, TracememError
 
 __all__ = ["NO_ANSWER", "PauseSignal", "Pause", "Answer", "Delivery", "mentions_interrupt", "json_text"]
 
-PauseKind = Literal["interrupt", "before", "subflow"]
+PauseKind = Literal["interrupt", "before", "subflow", "effect"]
 
 
 class _NoAnswer:
@@ -40,11 +40,6 @@ class _NoAnswer:
 
 
 NO_ANSWER: Any = _NoAnswer()
-
-
-class PauseSignal(TracememError):
-    """Raised by `ctx.interrupt` to end the stage; the runner turns it into a paused run. A stage that
-    catches it (`except Exception:`) still pauses: the runner goes by what `ctx.interrupt` recorded."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +54,7 @@ class Pause:
     step: Optional[int] = None  # the paused step (None for `before`)
     child_run_id: Optional[str] = None  # `subflow`: the child run that paused
     expect: Optional[str] = None  # the answer's type, by import path (flow/answers.py)
+    item: Optional[int] = None  # a map's step that asked: its element's index
 
     def record(self, pc: Optional[int]) -> dict[str, Any]:
         """`runs.resume_at`: where and how the run continues (and what its answer must be)."""
@@ -67,6 +63,8 @@ class Pause:
             out["child_run_id"] = self.child_run_id
         if self.expect is not None:
             out["expect"] = self.expect
+        if self.item is not None:
+            out["item"] = self.item
         return out
 
 
@@ -96,12 +94,15 @@ class Answer:
 
 @dataclass
 class Delivery:
-    """What a resumed run hands the first step of `stage` (then nothing): the answers, and a ReplayBook of
-    the model calls the stage made before it paused (answered from it, so they are not made again)."""
+    """What a resumed run hands the first step of `stage` (then nothing; a map: each of its steps): the
+    answers (a map: to its step `item`, the one that asked), and the model calls (a ReplayBook) and effects
+    (an EffectBook) the stage made before it paused, answered from them so they are not made again."""
 
     stage: str
     answers: list[Answer] = field(default_factory=list)
     replay: Any = None
+    effects: Any = None
+    item: Optional[int] = None
 
 
 def json_text(value: Any) -> str:

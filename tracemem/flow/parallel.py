@@ -13,6 +13,7 @@ step to the write that put its element there).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Awaitable, Callable, Optional
 
 from ..errors import TracememError
@@ -20,7 +21,7 @@ from ..scope.tracked import private_copy
 from .fork import fork_conflict, merge_branch, run_branches
 from .program import Instruction
 from .spec import StageSpec
-from .steps import Abort, Begun
+from .steps import Abort, Begun, Paused, deliver
 
 
 
@@ -37,8 +38,12 @@ class ParallelSteps:
         spec: StageSpec = ins.spec  # type: ignore[assignment]
         over = ins.node.over
         begun = [self._begin(ins, spec, spec.kind) for _ in range(len(self.state.data.get(over) or ()))]
+        delivery, self.deliver = (self.deliver, None) if self.deliver and self.deliver.stage == spec.id else \
+            (None, self.deliver)  # a map that paused, re-entered: each step gets what its stage made before
         for i, b in enumerate(begun):  # the element, read through the step's recorder (a read of `over`), a copy
             b.item = private_copy(b.rec.read(over, tracked=False)[i])  # (no tracked copy of the whole list)
+            if delivery is not None:
+                deliver(b, delivery, self.effects, self.run.run_id, i == delivery.item)
         return await self._parallel(ins, begun, [f"{spec.id}[{i}]" for i in range(len(begun))], pc) if begun \
             else pc + 1
 
@@ -48,7 +53,15 @@ class ParallelSteps:
                                       self.async_mode)
         for b, outcome in zip(begun, outcomes):
             b.started = outcome.started
-        failed_at = next((i for i, o in enumerate(outcomes) if o.error is not None), -1)
+        mapped = ins.op == "map"  # (a fork branch cannot pause: its pause signal is an error)
+        failed_at = next((i for i, (b, o) in enumerate(zip(begun, outcomes))
+                          if o.error is not None and not (mapped and b.rec.pause is not None)), -1)
+        asked = next((i for i, b in enumerate(begun) if b.rec.pause is not None), -1) if mapped else -1
+        if failed_at < 0 and asked >= 0:  # a map's step asked a person (or held an effect back): the map pauses
+            for b, outcome in zip(begun, outcomes):  # whole, and is entered again on resume (what its steps
+                self.counts[b.spec.id] -= 1          # made then is answered from the record)
+                self._record(b, "paused", None, None, outcome.ended)
+            raise Paused(replace(begun[asked].rec.pause, item=asked), self.program.ids.get(ins.id))
         failure: Optional[BaseException] = outcomes[failed_at].error if failed_at >= 0 else fork_conflict(
             labels, [b.rec for b in begun])
         decision, next_pc = None, pc + 1

@@ -36,6 +36,7 @@ from ..run import Run
 from .program import Program
 from .events import FlowEvent
 from .answers import expect_ref
+from .effect_stage import effect_stage
 from .interrupt import NO_ANSWER
 from .resume import fork_execution, resume_execution
 from .runner import Execution
@@ -65,10 +66,12 @@ class Pipeline(Generic[S]):
 
     def then(self, fn: Callable[..., Any], *, id: Optional[str] = None, name: Optional[str] = None,
              description: Optional[str] = None, tool: bool = False, pause_before: bool = False,
-             expect: Any = None, timeout: Optional[float] = None) -> "Pipeline[S]":
+             expect: Any = None, effect: bool = False, timeout: Optional[float] = None) -> "Pipeline[S]":
         """Run `fn(scope)` (or `fn(scope, ctx)`, sync or async) next; `pause_before=True` pauses the run
         before it begins (`flow.resume` continues it, `ctx.answer` holds the answer, validated as `expect`
-        when given: a bad answer is refused and the run stays paused). With `timeout` (seconds),
+        when given: a bad answer is refused and the run stays paused). `effect=True` declares that it has side
+        effects (it pays, mails, books): a replaying fork or a counterfactual replays its recorded writes instead
+        of calling it again (flow/effect_stage.py). With `timeout` (seconds),
         a stage still running after it fails its step with `StageTimeout` (see tracemem/flow/timeout.py: an
         async stage is cancelled; a sync one runs in a worker thread that is abandoned, its later writes
         discarded)."""
@@ -77,6 +80,8 @@ class Pipeline(Generic[S]):
             raise PipelineError(f"stage '{spec.id}': expect= declares the answer of a pause_before=True point; "
                                 f"a stage that asks with ctx.interrupt(...) passes expect= to it")
         spec.pause_before, spec.expect = pause_before, expect_ref(expect)
+        if effect:
+            spec.fn, spec.takes_ctx, spec.effect = effect_stage(fn, spec.takes_ctx, spec.is_async), True, True
         self.nodes.append(StageNode(spec))
         return self
 
@@ -236,48 +241,55 @@ class Flow(Generic[S]):
     # -- pause, resume, fork (flow/resume.py) ----------------------------------------------
     def resume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
-               tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True) -> Run:
+               tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True,
+               live_effects: bool = False) -> Run:
         """Continue a `paused` run (or one a crash left `interrupted`) where it stopped, in any process:
         the same run id, step numbers carrying on, finished stages never run again. The stage that asked
         is re-entered and `ctx.interrupt` returns `answer` (recorded as a human input, given `by` whom;
-        with no answer it asks again). `run` is a Run or a run id in `store`; `replay=True` also answers
-        any call whose exact request the run recorded before from the record."""
+        with no answer it asks again). `run` is a Run or a run id (or a unique prefix of one) in `store`;
+        `replay=True` also answers any call whose exact request the run recorded before from the record.
+        Side effects the re-entered stage made before it paused are replayed, not made again, unless
+        `live_effects=True` (flow/effects.py)."""
         exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
-                               sinks=self._sinks(store, durability, tracer_provider))
+                               sinks=self._sinks(store, durability, tracer_provider), live_effects=live_effects)
         return self._drive(exe, raise_on_error, "aresume")
 
     async def aresume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                       env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
-                      tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True) -> Run:
+                      tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True,
+                      live_effects: bool = False) -> Run:
         """`resume` for callers already inside an event loop."""
         exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
-                               sinks=self._sinks(store, durability, tracer_provider))
+                               sinks=self._sinks(store, durability, tracer_provider), live_effects=live_effects)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def fork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
              store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
              durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
              raise_on_error: bool = True, without: Iterable[str] = (),
-             counterfactual: Optional[dict[str, Any]] = None) -> Run:
+             counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False) -> Run:
         """Start a new run from `run`'s recorded state after `after_step` (a step number, or a stage id: its
         last execution; 0: the run's start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
         recorded (`forked_from_run_id`, `forked_from_step`); `replay=True` answers every model call whose
-        exact request the original recorded from the record, so only changed prompts reach the model.
-        `without` lists sources the new run leaves out (see `trace.counterfactual`)."""
+        exact request the original recorded from the record, so only changed prompts reach the model, and
+        every side effect it recorded (tools, effect stages, `ctx.effect`) from the record, so none is made
+        twice: an effect the record does not hold pauses the fork instead, unless `live_effects=True`, which
+        makes every effect live again (flow/effects.py). `without` lists sources the new run leaves out (see
+        `trace.counterfactual`)."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
                              subject=subject, sinks=self._sinks(store, durability, tracer_provider),
-                             without=without, counterfactual=counterfactual)
+                             without=without, counterfactual=counterfactual, live_effects=live_effects)
         return self._drive(exe, raise_on_error, "afork")
 
     async def afork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
                     store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
                     durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
                     raise_on_error: bool = True, without: Iterable[str] = (),
-                    counterfactual: Optional[dict[str, Any]] = None) -> Run:
+                    counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False) -> Run:
         """`fork` for callers already inside an event loop."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
                              subject=subject, sinks=self._sinks(store, durability, tracer_provider),
-                             without=without, counterfactual=counterfactual)
+                             without=without, counterfactual=counterfactual, live_effects=live_effects)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def _drive(self, exe: Execution, raise_on_error: bool, async_name: str) -> Run:

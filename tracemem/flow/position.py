@@ -39,6 +39,7 @@ class Position:
     counts: dict[str, int] = field(default_factory=dict)  # executions per stage id (the next one's iteration)
     loops: LoopState = field(default_factory=LoopState)
     paused: Optional[Step] = None  # the last step, when it paused: its stage is re-entered
+    group: tuple[int, ...] = ()  # the paused steps re-entered with it (a map's: all of them)
     last: int = 0  # the number of the last step driven over
 
 
@@ -63,13 +64,16 @@ def locate(program: Program, run: "Run", upto: Optional[int] = None, start: Opti
         if ins.op == "fork":
             i = _fork(pos, ins, steps, i, decisions, run, program)
             continue
+        if ins.op == "map":
+            i = _map(pos, ins, steps, i, decisions, run)
+            continue
         s = steps[i]
         if s.stage != ins.id:
             raise _mismatch(run, s, f"stage '{ins.id}'", program)
         i += 1
         pos.last = s.step
         if s.status == "paused":  # asked a human: its stage is entered again
-            pos.paused = s
+            pos.paused, pos.group = s, (s.step,)
             continue
         if s.status != "ok":
             raise ResumeError(f"run {run.run_id}: step {s.step} ({s.stage}) failed; a run continues only from "
@@ -135,6 +139,30 @@ def _fork(pos: Position, ins: Instruction, steps: list[Step], i: int, decisions:
     for s in group:
         pos.counts[s.stage] = pos.counts.get(s.stage, 0) + 1
     pos.last = group[-1].step
+    pos.paused = None
+    broke = any(d.chosen == "break" for d in (decisions.get(s.step) for s in group) if d is not None)
+    pos.pc = _break(pos, ins) if broke else pos.pc + 1
+    return i + len(group)
+
+
+def _map(pos: Position, ins: Instruction, steps: list[Step], i: int, decisions: dict[int, Decision],
+         run: "Run") -> int:
+    """Move past a map's steps (one per element, begun together; none for an empty list), as the runner did;
+    a map whose steps paused (one of them asked, or held back an effect) is entered again."""
+    group = []
+    while i + len(group) < len(steps) and steps[i + len(group)].stage == ins.id \
+            and steps[i + len(group)].kind in ("map-item", "tool"):
+        group.append(steps[i + len(group)])
+    if any(s.status == "failed" for s in group):
+        raise ResumeError(f"run {run.run_id}: a step of map '{ins.id}' (steps {group[0].step}-{group[-1].step}) "
+                          f"failed; a run continues only from a step that finished: pick a step before the map")
+    if group:
+        pos.last = group[-1].step
+        if any(s.status == "paused" for s in group):
+            item = (run.resume_at or {}).get("item") or 0
+            pos.paused, pos.group = group[item if item < len(group) else 0], tuple(s.step for s in group)
+            return i + len(group)
+        pos.counts[ins.id] = pos.counts.get(ins.id, 0) + len(group)
     pos.paused = None
     broke = any(d.chosen == "break" for d in (decisions.get(s.step) for s in group) if d is not None)
     pos.pc = _break(pos, ins) if broke else pos.pc + 1

@@ -128,11 +128,7 @@ class Program:
             elif isinstance(node, SubflowNode):
                 self._register(node.spec.id, at, node.spec)
                 self.ins.append(Instruction("subflow", node.spec.id, node.spec, node=node))
-            elif isinstance(node, MapNode):
-                if mentions_interrupt(node.spec.fn):
-                    raise PipelineError(
-                        f"map '{node.spec.id}' calls ctx.interrupt(), but its steps run together and commit "
-                        f"together, so one cannot pause alone; ask in a stage before or after it")
+            elif isinstance(node, MapNode):  # (a map's step may pause: the whole map pauses, flow/parallel.py)
                 self._register(node.spec.id, at, node.spec)
                 self.ins.append(Instruction("map", node.spec.id, node.spec, node=node))
             elif isinstance(node, LoopNode):
@@ -229,7 +225,8 @@ class Program:
             spec = ins.spec
             g.add_node(ins.id, kind=kind, name=spec.name if spec else ins.id,
                        description=spec.description if spec else None, tool=bool(spec and spec.tool),
-                       **({"pause_before": True} if spec is not None and spec.pause_before else {}))
+                       **({"pause_before": True} if spec is not None and spec.pause_before else {}),
+                       **({"effect": True} if spec is not None and spec.effect else {}))
             if ins.op == "map":
                 g.nodes[ins.id]["over"] = ins.node.over
             if ins.op in ("stage", "subflow", "map"):
@@ -336,8 +333,8 @@ class Program:
 
 def code_fingerprint(fn: Callable[..., Any]) -> bytes:
     """Bytes that change when a stage's code changes (stable across processes)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    while isinstance(fn, functools.partial) or getattr(fn, "effect_of", None) is not None:
+        fn = fn.func if isinstance(fn, functools.partial) else fn.effect_of  # an effect stage: its function's code
     code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__call__", None), "__code__", None)
     if code is None:
         return (getattr(fn, "__qualname__", None) or type(fn).__qualname__).encode()

@@ -117,14 +117,19 @@ class ReplayBook:
             return _reply(queue.popleft())
 
     @classmethod
-    def of_run(cls, run: "Run", after_step: int = 0) -> "ReplayBook":
-        """The calls `run` made (its subflows' too) in steps after `after_step`, in the order they were made."""
+    def of_run(cls, run: "Run", after_step: int = 0, consumed: Iterable[Mapping[str, Any]] = ()) -> "ReplayBook":
+        """The calls `run` made (its subflows' too) in steps after `after_step`, in the order they were made, less
+        the `consumed` ones (`model_calls` rows a run replaying this one answered from it already)."""
         rows = [r for r in run.rows.get("model_calls", ()) if (r.get("step") or 0) > after_step]
         for child in run.children:
             if (child.parent_step or 0) > after_step:
                 rows.extend(child_row for child_row in cls.rows_of(child))
         rows.sort(key=lambda r: _started(r.get("started_at")))
-        return cls(rows)
+        book = cls(rows)
+        for row in consumed:
+            if row.get("replayed") and row.get("request_hash"):
+                book.take(row["request_hash"])
+        return book
 
     @staticmethod
     def rows_of(run: "Run") -> list[Mapping[str, Any]]:

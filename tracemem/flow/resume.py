@@ -24,14 +24,14 @@ from typing import Any, Iterable, Mapping, Optional, TYPE_CHECKING, Union
 from ..errors import PathError, ResumeError, RunNotFoundError, ScopeReadError, ScopeWriteError, TracememError
 from ..ids import new_id
 from ..run import Run
-from ..scope.paths import parse_path
 from ..scope.recorder import RunState, StepRecorder
-from ..scope.view import new_view
+from ..scope.view import new_view, write_path
 from .answers import check_answer
 from .context import ReadOnlyArgs
 from .interrupt import NO_ANSWER, Answer, Delivery, json_text
 from .position import initial_scope, locate, scope_at
 from .program import Program
+from .effects import EffectBook, EffectPolicy
 from .replay import ReplayBook
 from .runner import Execution
 from .sinks import Sink
@@ -130,7 +130,8 @@ def _restore(exe: Execution, program: Program, run: Run, data: dict[str, Any],
 
 def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO_ANSWER, *, store: Any = None,
                      by: Optional[str] = None, env: Optional[Mapping[str, Any]] = None,
-                     sinks: Optional[list[Sink]] = None, replay: bool = False, child: bool = False) -> Execution:
+                     sinks: Optional[list[Sink]] = None, replay: bool = False, child: bool = False,
+                     live_effects: bool = False) -> Execution:
     """An Execution that continues a paused or interrupted run where it stopped (see the module doc)."""
     run = _load(target, store, "resume")
     if run.parent_run_id is not None and not child:
@@ -162,6 +163,14 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
         exe.next_step = max((s.step for s in run.steps), default=0)
         if replay:  # any call whose exact request this run (or its subflows) recorded, in recorded order
             exe.replay = ReplayBook.of_run(run)
+        exe.effects = EffectPolicy(live=live_effects)
+        if run.kind in ("replay", "counterfactual") and store is not None:  # it goes on replaying its source
+            source = store.run(run.forked_from_run_id)
+            exe.replay = exe.replay or ReplayBook.of_run(source, run.forked_from_step or 0,
+                                                         consumed=run.rows.get("model_calls", ()))
+            exe.effects = EffectPolicy((EffectBook.of_run(source, run.forked_from_step or 0,
+                                                          consumed=run.rows.get("effects", ())),),
+                                       strict=True, live=live_effects)
         child_id = paused.child_run_id if paused is not None and paused.kind == "subflow" else None
         if paused is None and at is not None and at.op == "subflow":
             late = [c for c in run.children if c.status == "interrupted" and (c.parent_step or 0) > pos.last]
@@ -169,7 +178,8 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
         if child_id is not None and at is not None:
             known = next((c for c in run.children if c.run_id == child_id), None)
             resumed = resume_execution(at.node.flow.program, known or child_id, answer if asked else NO_ANSWER,
-                                       store=store, by=by, env=env, sinks=sinks, replay=replay, child=True)
+                                       store=store, by=by, env=env, sinks=sinks, replay=replay, child=True,
+                                       live_effects=live_effects)
             exe.resume_child = (str(at.id), resumed)
         elif asked:
             stage = paused.stage if paused is not None else str(at.id if at is not None else "")
@@ -177,8 +187,10 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
                        if paused is not None and r["step"] == paused.step]
             if given:
                 earlier.append(Answer(new_id(), answer, by, run.pending, time.time_ns(), paused.step if paused else None))
-            asked_before = [r for r in run.rows.get("model_calls", ()) if paused is not None and r["step"] == paused.step]
-            exe.deliver = Delivery(stage, earlier, ReplayBook(asked_before) if asked_before else None)
+            asked_before = [r for r in run.rows.get("model_calls", ()) if r["step"] in pos.group]
+            made_before = [r for r in run.rows.get("effects", ()) if r["step"] in pos.group]
+            exe.deliver = Delivery(stage, earlier, ReplayBook(asked_before) if asked_before else None,
+                                   EffectBook(made_before) if made_before else None, (run.resume_at or {}).get("item"))
             if paused is None:
                 exe.gate = pos.pc  # a pause_before point: answered, it lets the stage begin
     except BaseException:
@@ -236,7 +248,7 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
                    edits: Optional[Mapping[str, Any]] = None, store: Any = None,
                    env: Optional[Mapping[str, Any]] = None, sinks: Optional[list[Sink]] = None,
                    replay: bool = False, subject: Optional[str] = None, without: Iterable[str] = (),
-                   counterfactual: Optional[dict[str, Any]] = None) -> Execution:
+                   counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False) -> Execution:
     """An Execution of a new run that starts from `target`'s state after `after_step` (0: its start),
     with `edits` applied as its first step (see the module doc); `without` names sources the new run
     leaves out ("memory:m_…", "run:…", "section:KIND:ID"; see StageContext.without)."""
@@ -259,8 +271,11 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
     pos.loops.last_decision.clear()  # the decisions that routed here are steps of the original run
     _restore(exe, program, run, data, {}, pos, dict(data))
     exe.prelude = edit
-    if replay:
+    if replay:  # model calls and side effects answered from the record; an effect it lacks is not made
         exe.replay = ReplayBook.of_run(source, after)
+        exe.effects = EffectPolicy((EffectBook.of_run(source, after),), strict=True, live=live_effects)
+    else:
+        exe.effects = EffectPolicy(live=live_effects)
     return exe
 
 
@@ -285,31 +300,15 @@ def _edit_spec(program: Program, data: dict[str, Any], edits: dict[str, Any]) ->
 
     def edit(scope: Any) -> None:
         for path, value in edits.items():
-            _assign(scope, path, value)
+            write_path(scope, path, "set", value)
 
     trial = StepRecorder(RunState(program.schema, dict(data), b""), 1, "(edit)")
     for path, value in edits.items():
         try:
-            _assign(new_view(program.view_class, trial), path, value)
+            write_path(new_view(program.view_class, trial), path, "set", value)
         except ScopeWriteError as err:
             raise ResumeError(f"fork edit {path} = {value!r} is invalid: {err.reason}") from None
         except (PathError, ScopeReadError, KeyError, IndexError, AttributeError, TypeError) as err:
             raise ResumeError(f"fork edit {path!r} does not name a value of the scope "
                               f"{program.scope.__name__}: {err}") from None
     return StageSpec(id="(edit)", name="edit", fn=edit, description="the edits a fork starts with", kind="edit")
-
-
-def _assign(view: Any, path: str, value: Any) -> None:
-    """`view.<path> = value` through the recording view (so the edit is validated and recorded)."""
-    keys = parse_path(path)
-    if len(keys) == 1:
-        setattr(view, str(keys[0]), value)
-        return
-    target = getattr(view, str(keys[0]))
-    for key in keys[1:-1]:
-        target = target[key] if isinstance(key, int) or isinstance(target, dict) else getattr(target, key)
-    last = keys[-1]
-    if isinstance(last, int) or isinstance(target, dict):
-        target[last] = value
-    else:
-        setattr(target, last, value)

@@ -27,7 +27,6 @@ import asyncio
 import os
 import threading
 import time
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
@@ -39,14 +38,14 @@ from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
 from ..scope.view import new_view
-from .answers import check_answer
 from .context import EMPTY, ReadOnlyArgs, StageContext
+from .effects import LIVE
 from .events import EventFeed
 from .interrupt import Delivery, Pause
 from .parallel import PARALLEL_HANDLERS, ParallelSteps
 from .subflow import SUBFLOW_HANDLERS, SubflowSteps
 from .program import Instruction, Program
-from .steps import Abort, Begun, LoopState, Paused
+from .steps import MAPPED, Abort, Begun, LoopState, Paused, deliver
 from .sinks import Sink, StepStarting
 from .spec import LoopNode, StageSpec
 from .timeout import call_with_timeout, detached
@@ -93,6 +92,7 @@ class Execution(ParallelSteps, SubflowSteps):
         self.deliver: Optional[Delivery] = None  # answers for the first step of the stage re-entered
         self.gate = -1  # a `pause_before` point already answered
         self.replay: Any = None  # a ReplayBook: model calls answered from a record
+        self.effects = LIVE  # side effects made live, or replayed from a record (flow/effects.py)
         self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
         self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
         self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
@@ -201,13 +201,9 @@ class Execution(ParallelSteps, SubflowSteps):
         if self.starting is not None:
             self.starting(self.run, step, spec, kind, iteration)
         begun = Begun(spec, self.state, step, kind, iteration, self.loops.routed_by(ins) if ins.regions else None)
-        if self.deliver is not None and self.deliver.stage == spec.id:  # the stage a resumed run re-enters
-            begun.answers, begun.replay, self.deliver = self.deliver.answers, self.deliver.replay, None
-            for i, answer in enumerate(begun.answers):
-                begun.rec.add_row("human_inputs", answer.row(self.run.run_id, begun.rec.step, i))
-            if spec.expect is not None and begun.answers:  # a pause_before point's answer, as its declared type
-                a = begun.answers[0]
-                begun.answers = [replace(a, answer=check_answer(spec.expect, a.answer, a.payload, f"stage '{spec.id}'"))]
+        if self.deliver is not None and self.deliver.stage == spec.id and kind not in MAPPED:  # (a map: _do_map)
+            deliver(begun, self.deliver, self.effects, self.run.run_id, True)
+            self.deliver = None
         return begun
 
     async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
@@ -217,7 +213,7 @@ class Execution(ParallelSteps, SubflowSteps):
         view = new_view(self.program.view_class, rec)
         ctx = spec.takes_ctx and StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env,
                                               self.store, begun.answers, begun.replay or self.replay,
-                                              item=begun.item, events=self.events)
+                                              item=begun.item, events=self.events, effects=begun.effects or self.effects)
         if spec.timeout is not None:  # an abandoned sync stage keeps writing into `rec`, which is then dropped
             return await call_with_timeout((lambda: call(view, ctx)) if ctx else (lambda: call(view)), spec.id,
                                            spec.timeout, spec.is_async, self.async_mode,

@@ -28,6 +28,7 @@ class StageSpec:
     tool: bool = False  # exported to OpenTelemetry as `execute_tool {name}`
     pause_before: bool = False  # a declared pause point: the run pauses before this stage begins
     expect: Optional[str] = None  # the type a pause_before point's answer must have, by import path
+    effect: bool = False  # it has side effects: made once, replayed after that (flow/effect_stage.py)
     timeout: Optional[float] = None  # seconds; past it the step fails with StageTimeout (flow/timeout.py)
 
     @property

@@ -7,13 +7,16 @@ the runner keeps while a run goes.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from time import time_ns
 from typing import Any, Optional
 
 from ..errors import TracememError
 from ..record import StepKind
 from ..scope.recorder import RunState, StepRecorder
-from .interrupt import Pause
+from .answers import check_answer
+from .effects import EffectPolicy
+from .interrupt import Delivery, Pause
 from .program import Instruction
 from .spec import StageSpec
 
@@ -36,13 +39,14 @@ class Paused(TracememError):
 
 
 BESIDE_OTHERS = frozenset({"fork-branch", "map-item", "tool"})  # step kinds that run beside others
+MAPPED = frozenset({"map-item", "tool"})  # ... of them, a map's: they may pause (the whole map pauses)
 
 
 class Begun:
     """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
 
     __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
-                 "item")
+                 "item", "effects")
 
     def __init__(self, spec: StageSpec, state: RunState, step: int, kind: StepKind, iteration: int,
                  routed_by: Optional[int]) -> None:
@@ -51,9 +55,24 @@ class Begun:
         self.rec = StepRecorder(state, step, spec.id, beside)
         self.started = time_ns()
         self.child_run_id: Optional[str] = None
-        self.answers: Any = None if beside else ()  # what ctx.interrupt returns (None: it cannot, beside others)
-        # a re-entered stage: its model calls before the pause, to answer from; a map step's element (`ctx.item`)
-        self.replay = self.item = None
+        # what ctx.interrupt returns (None: it cannot, in a fork branch, which commits with the others)
+        self.answers: Any = None if beside and kind not in MAPPED else ()
+        # a re-entered stage: its model calls and effects before the pause, to answer from; a map step's element
+        self.replay = self.item = self.effects = None
+
+
+def deliver(begun: Begun, delivery: Delivery, effects: EffectPolicy, run_id: str, asked: bool) -> None:
+    """Hand a re-entered step what its stage was given before it paused: the model calls and effects it made
+    (answered from the record), and the answers, when it is the step that `asked` (recorded as human inputs)."""
+    begun.replay, begun.effects = delivery.replay, effects.also(delivery.effects)
+    if not asked:
+        return
+    begun.answers = delivery.answers
+    for i, answer in enumerate(begun.answers):
+        begun.rec.add_row("human_inputs", answer.row(run_id, begun.rec.step, i))
+    if begun.spec.expect is not None and begun.answers:  # a pause_before point's answer, as its declared type
+        a = begun.answers[0]
+        begun.answers = [replace(a, answer=check_answer(begun.spec.expect, a.answer, a.payload, begun.spec.id))]
 
 
 class LoopState:

@@ -3,7 +3,8 @@
 The OpenAI-compatible servers stream a reply as ``data: {json}`` events separated by
 blank lines and ended by ``data: [DONE]``. Bytes arrive cut anywhere (inside a line,
 inside a UTF-8 character), so lines are decoded only once complete. A line longer
-than the limit is refused rather than buffered without end.
+than the limit is refused rather than buffered without end, and a long line's bytes are
+gathered in one growing buffer (linear in its length, however many blocks it comes in).
 """
 from __future__ import annotations
 
@@ -17,15 +18,19 @@ class SSEDecoder:
 
     def __init__(self, max_line_bytes: int) -> None:
         self.max_line_bytes = max_line_bytes
-        self._pending = b""
+        self._pending = bytearray()
         self._data: list[str] = []
 
     def feed(self, block: bytes) -> list[str]:
-        buffer = self._pending + block if self._pending else block
-        lines = buffer.split(b"\n")
-        self._pending = lines.pop()
-        if len(self._pending) > self.max_line_bytes:
+        self._pending += block  # amortized: no copy of what came before
+        if len(self._pending) > self.max_line_bytes and b"\n" not in block:
             raise TransportTooLarge(self.max_line_bytes, len(self._pending))
+        if b"\n" not in block:
+            return []
+        lines = bytes(self._pending).split(b"\n")
+        self._pending = bytearray(lines.pop())
+        if len(self._pending) > self.max_line_bytes or any(len(line) > self.max_line_bytes for line in lines):
+            raise TransportTooLarge(self.max_line_bytes, max(len(self._pending), *map(len, lines)))
         events: list[str] = []
         for line in lines:
             self._line(line[:-1] if line.endswith(b"\r") else line, events)
@@ -37,7 +42,7 @@ class SSEDecoder:
         events: list[str] = []
         if not self._pending:
             self._line(b"", events)
-        self._pending, self._data = b"", []
+        self._pending, self._data = bytearray(), []
         return events
 
     @property

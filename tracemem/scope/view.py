@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .paths import parse_path
 from .recorder import StepRecorder
 from .schema import ScopeSchema
 
-__all__ = ["ScopeView", "view_class", "new_view", "recorder_of"]
+__all__ = ["ScopeView", "view_class", "new_view", "recorder_of", "write_path"]
 
 
 class ScopeView:
@@ -62,3 +63,26 @@ def new_view(cls: type[ScopeView], rec: StepRecorder) -> ScopeView:
 def recorder_of(view: ScopeView) -> StepRecorder:
     """The recorder behind a view (what `decide()` records its evidence into)."""
     return object.__getattribute__(view, "_rec")
+
+
+def write_path(view: Any, path: str, verb: str, value: Any = None) -> None:
+    """`view.<path> = value` (verb "set"), `.append(value)` or `del` through a recording view, so the write is
+    validated and recorded as the step's own: a fork's edits, an effect stage's recorded writes replayed."""
+    keys = parse_path(path)
+    target = view
+    for key in keys[:-1] if verb != "append" else keys:
+        target = target[key] if isinstance(key, int) or isinstance(target, dict) else getattr(target, str(key))
+    if verb == "append":
+        target.append(value)
+        return
+    last = keys[-1]
+    by_item = isinstance(last, int) or (isinstance(target, dict) and target is not view)
+    if verb == "delete":
+        if by_item:
+            del target[last]
+        else:
+            delattr(target, str(last))
+    elif by_item:
+        target[last] = value
+    else:
+        setattr(target, str(last), value)

@@ -69,6 +69,11 @@ class Tool:
     function (sync or async). Calling the Tool itself calls the plain function.
     ``injected`` parameters are left out of the schema and supplied by the caller
     (e.g. the scope or the stage context), so a model can neither see nor forge them.
+
+    A tool has side effects unless declared ``pure=True`` (a lookup, a calculation): a tool
+    agent makes each call of it once, and a replay, a fork or a counterfactual answers it
+    from the record (tracemem/flow/effects.py). ``needs_approval=True`` makes a tool agent
+    pause before running it, for a person to approve, reject or edit each call.
     """
 
     name: str
@@ -79,10 +84,12 @@ class Tool:
     injected: tuple[str, ...] = ()
     is_async: bool = False
     _fields: tuple[str, ...] = field(default=(), repr=False)
+    pure: bool = False
+    needs_approval: bool = False
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], *, name: Optional[str] = None, description: Optional[str] = None,
-                      inject: Iterable[str] = ()) -> "Tool":
+                      inject: Iterable[str] = (), pure: bool = False, needs_approval: bool = False) -> "Tool":
         """A Tool from a function's signature, type hints and docstring."""
         if isinstance(fn, Tool):
             fn = fn.function
@@ -129,7 +136,8 @@ class Tool:
                                           f"({type(err).__name__}: {err})", tool=label) from None
         text = description if description is not None else summary
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
-        return cls(label, text, fn, model, ToolSpec(label, text, parameters), injected, is_async, tuple(fields))
+        return cls(label, text, fn, model, ToolSpec(label, text, parameters), injected, is_async, tuple(fields),
+                   pure, needs_approval)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -144,7 +152,8 @@ class Tool:
         return self.function(*args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"Tool(name={self.name!r}, parameters={list(self._fields)}, async={self.is_async})"
+        flags = "".join(f", {f}=True" for f in ("pure", "needs_approval") if getattr(self, f))
+        return f"Tool(name={self.name!r}, parameters={list(self._fields)}, async={self.is_async}{flags})"
 
     def validate(self, arguments: Arguments) -> dict[str, Any]:
         """The keyword arguments for the function, validated; ToolArgumentsError names the bad field."""
@@ -208,8 +217,10 @@ class Tool:
 
 
 def tool(fn: Optional[Callable[..., Any]] = None, /, *, name: Optional[str] = None, description: Optional[str] = None,
-         inject: Iterable[str] = ()) -> Any:
-    """Make a function a ``Tool``: ``@tool`` or ``@tool(name=..., description=..., inject=("scope",))``."""
-    if fn is None:
-        return lambda f: Tool.from_function(f, name=name, description=description, inject=inject)
-    return Tool.from_function(fn, name=name, description=description, inject=inject)
+         inject: Iterable[str] = (), pure: bool = False, needs_approval: bool = False) -> Any:
+    """Make a function a ``Tool``: ``@tool`` or ``@tool(name=..., description=..., inject=("scope",), pure=True,
+    needs_approval=True)``."""
+    def make(f: Callable[..., Any]) -> Tool:
+        return Tool.from_function(f, name=name, description=description, inject=inject, pure=pure,
+                                  needs_approval=needs_approval)
+    return make if fn is None else make(fn)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 import pydantic_core
 
+from tracemem.errors import PauseSignal
 from tracemem.models import Message, ToolCall, ToolSpec
 
 from .errors import ToolArgumentsError, ToolDefinitionError, ToolError, UnknownToolError
@@ -83,6 +84,13 @@ class ToolOutcome:
         """The tool-result message for the conversation: ``{"role": "tool", "tool_call_id", "content"}``."""
         return Message(role="tool", tool_call_id=self.call_id, content=self.content)
 
+    def recorded(self) -> dict[str, Any]:
+        """The outcome as JSON data, all of it but the Python ``result`` (what a replay of the call gives back)."""
+        return {f: getattr(self, f) for f in RECORDED}
+
+
+RECORDED = tuple(f for f in ToolOutcome.__dataclass_fields__ if f != "result")
+
 
 class ToolSet:
     """The tools a model may call, by name; ``run(call)`` / ``await arun(call)`` give a ``ToolOutcome``.
@@ -140,6 +148,8 @@ class ToolSet:
                                     "use `await toolset.arun(call)`", tool=one.name)
             else:
                 result = one.function(**kwargs)
+        except PauseSignal:  # the tool asked a person (ctx.interrupt): its call pauses, it did not fail
+            raise
         except Exception as err:
             return self.outcome(call, error=err, started_at=started, duration_ms=_since(clock))
         return self.outcome(call, result, started_at=started, duration_ms=_since(clock))
@@ -150,6 +160,8 @@ class ToolSet:
         try:
             one, kwargs = self.bind(call, **injected)
             result = await one.function(**kwargs) if one.is_async else await asyncio.to_thread(one.function, **kwargs)
+        except PauseSignal:
+            raise
         except Exception as err:
             return self.outcome(call, error=err, started_at=started, duration_ms=_since(clock))
         return self.outcome(call, result, started_at=started, duration_ms=_since(clock))

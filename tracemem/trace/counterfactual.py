@@ -76,10 +76,12 @@ def entry_step(run: "RunRecord", source: str) -> Optional[int]:
 
 
 def counterfactual(run: RunRecord, path: str, without: Any, *, flow: Any, model: Any = None,
-                   env: Optional[Mapping[str, Any]] = None, store: Any = None) -> Counterfactual:
+                   env: Optional[Mapping[str, Any]] = None, store: Any = None,
+                   live_effects: bool = False) -> Counterfactual:
     """Re-execute the traced run without `without` and compare its value at `path` (see the module doc;
     `Trace.counterfactual` calls this). `model` (or `env`) is what a changed model call goes to; `flow` is
-    the flow that recorded the run."""
+    the flow that recorded the run. Side effects are replayed from the record, never made again: one the record
+    does not hold stops the run there (reported as its outcome), unless `live_effects=True`."""
     source = _source_text(without)
     store = store or run.store
     if store is None:
@@ -95,7 +97,7 @@ def counterfactual(run: RunRecord, path: str, without: Any, *, flow: Any, model:
         fork_env["model"] = model
     label = {"without": [source], "of_run": run.run_id, "path": path, "basis": "causal"}
     fork = flow.fork(run, after, store=store, env=fork_env, replay=True, without=[source], counterfactual=label,
-                     raise_on_error=False)
+                     raise_on_error=False, live_effects=live_effects)
     before, now = _value(run, path), _value(fork, path)
     calls = fork.rows.get("model_calls", [])
     replayed = sum(1 for c in calls if c.get("replayed"))

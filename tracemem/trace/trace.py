@@ -222,13 +222,15 @@ class Trace:
         return out
 
     def counterfactual(self, without: Any, *, flow: Any, model: Any = None, env: Any = None,
-                       store: Any = None) -> Any:
+                       store: Any = None, live_effects: bool = False) -> Any:
         """Would the value change without `without` (a memory id, `run:ID` or `section:KIND:ID`)? Re-executes
-        the run from where the source entered, as a recorded fork, replaying unchanged model calls; causal,
-        unlike `influence()`. See `tracemem.trace.counterfactual`."""
+        the run from where the source entered, as a recorded fork, replaying unchanged model calls and every
+        side effect (never made twice unless `live_effects=True`); causal, unlike `influence()`. See
+        `tracemem.trace.counterfactual`."""
         from .counterfactual import counterfactual
 
-        return counterfactual(self.run, self.path, without, flow=flow, model=model, env=env, store=store)
+        return counterfactual(self.run, self.path, without, flow=flow, model=model, env=env, store=store,
+                              live_effects=live_effects)
 
     def to_json(self) -> dict[str, Any]:
         """The trace as a JSON-able dict of nodes and edges."""

@@ -22,7 +22,7 @@ SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]"
                   "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
                   "hook": "host hook"}
 SHOWN_TABLES = {"model_calls", "prompts", "prompt_sections", "memory_uses", "snapshot_uses", "subflows",
-                "tool_calls", "run_embeddings"}
+                "tool_calls", "run_embeddings", "effects"}
 VALUE_CLIP = 200
 STEP_WINDOW = 200  # steps per page of a long run: a 1,000-step run is five pages, not one of a megabyte
 
@@ -70,6 +70,7 @@ class StepView:
     model_calls: list[dict[str, Any]] = field(default_factory=list)
     prompts: list[dict[str, Any]] = field(default_factory=list)  # assembled here, sent by no call shown
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    effects: list[dict[str, Any]] = field(default_factory=list)  # side effects: made live, or replayed
     other: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
@@ -142,7 +143,7 @@ def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None,
             views[d.step].decision = _decision(d.chosen, d.evidence)
     sections = _sections(run)
     shown: set[str] = set()
-    for table, rows in (("memory_uses", "memory_uses"), ("snapshot_uses", "snapshot_uses")):
+    for table, rows in (("memory_uses", "memory_uses"), ("snapshot_uses", "snapshot_uses"), ("effects", "effects")):
         for step, items in _by_step(list(run.rows.get(table, ()))).items():
             if step in views:
                 getattr(views[step], rows).extend(items)
