@@ -92,8 +92,7 @@ def model_stage(s, ctx):
     ctx.emit("model_calls", call_id="c-1", model="gpt-test", provider="openai", prompt_id="p-1",
              response=SECRET_REPLY, input_tokens=12, output_tokens=7, latency_ms=2.5, started_at=started, error=None)
     ctx.span("retrieval", attributes={"gen_ai.operation.name": "retrieval", "tracemem.memory.records": 3,
-                                          "tracemem.memory.mode": "hybrid",
-                                          "gen_ai.retrieval.query.text": SECRET_PROMPT},
+                                      "tracemem.memory.mode": "hybrid", "gen_ai.retrieval.query.text": SECRET_PROMPT},
              start_ns=started, end_ns=started + 1000)
     s.out = SECRET_REPLY
 

@@ -176,7 +176,8 @@ def test_changes_to_the_store_are_refused(store, demo):
 
 def test_every_table_and_join_still_answers(store, demo):
     expected = counts(demo)
-    empty = ("step_journal", "subflows", "human_inputs", "snapshot_uses", "tool_calls", "pruned_runs", "effects")  # no tools
+    empty = ("step_journal", "subflows", "human_inputs", "snapshot_uses", "tool_calls", "pruned_runs", "effects",
+             "tool_sets")  # no tools
     assert all(expected[t] > 0 for t in ALL_TABLES if t not in empty)  # the demo fills the rest (its rerun skips the suspect run)
     for table in ALL_TABLES:
         assert store.sql(f"SELECT count(*) FROM {table}").fetchall()[0][0] == expected[table], table
