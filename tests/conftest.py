@@ -7,7 +7,13 @@ it below, however the suite ran (tests/test_instruction_filter.py prints its cat
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
+
+# Secret fields are hashed with a key kept outside the store (tracemem/masking.py), made in the user's config
+# folder on first use: the suite uses a folder of its own, never the user's (subprocesses inherit it).
+os.environ["TRACEMEM_CONFIG_DIR"] = tempfile.mkdtemp(prefix="tracemem-tests-config-")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -7,16 +7,22 @@ the models it called through `ctx.complete` (their `api_key`, and a password in 
 error and logs, its rows (`model_calls.error` and `.response`, `prompts`,
 `prompt_sections`, ...), the values it wrote — and the run's error and output, so
 neither the DuckDB file, its journal, a Parquet export, the CLI nor OpenTelemetry
-ever holds them. Values shorter than `MIN_LENGTH` are not masked (masking "a" would
-destroy every text while protecting nothing).
+ever holds them. A secret of `MIN_LENGTH` characters or more is masked wherever it
+appears; a shorter one (a 3-digit PIN) only where it stands as a word of its own, since
+masking "a" inside every word would destroy the text while protecting nothing.
 
 Secret fields themselves are stored as an HMAC (`{"$redacted": "hmac-sha256:…"}`), so
-equal secrets can still be told equal. The HMAC key is the file's random salt, or,
-when the environment variable `TRACEMEM_SECRET_KEY` is set, a key derived from it
-and the salt: then someone holding only the file cannot test guesses. Without it,
-the salt sits in the same file as the hashes, and a hash protects only a
-high-entropy secret (an API key, a random token): a 4-digit PIN or a password from
-a word list can be recovered by trying every candidate.
+equal secrets can still be told equal. The HMAC key is never in the store: it is
+derived from a key kept outside it, `TRACEMEM_SECRET_KEY` when that environment variable
+is set, else a random key in a file beside the user's configuration
+(`$TRACEMEM_CONFIG_DIR`, else `$XDG_CONFIG_HOME/tracemem`, else `~/.config/tracemem`:
+`secret-key`, made on the first secret hashed, readable by its owner only), mixed with
+the store's own random salt so two stores hash alike secrets differently. Someone
+holding only the store file cannot test guesses against a hash; a 4-digit PIN is as
+safe as the key. Machines writing one PostgreSQL store must share the key (the same
+`TRACEMEM_SECRET_KEY`, or a copy of the key file) for equal secrets to hash equal.
+Hashes a store holds from before the key moved out (keyed by its salt alone) stay as
+they are; new ones do not equal them.
 """
 from __future__ import annotations
 
@@ -24,31 +30,84 @@ import hashlib
 import hmac
 import json
 import os
+import re
+import threading
 import urllib.parse
 from typing import Any, Collection, Iterable, Mapping, Optional
 
+from .errors import TracememError
 from .record import Decision, StepFields, WriteFields
 
-__all__ = ["SECRET_KEY_ENV", "MASK", "MIN_LENGTH", "hash_key", "credentials", "Masker", "run_masker", "mask_step"]
+__all__ = ["CONFIG_DIR_ENV", "SECRET_KEY_ENV", "MASK", "MIN_LENGTH", "HashKey", "credentials", "key_file",
+           "Masker", "run_masker", "mask_step"]
 
 SECRET_KEY_ENV = "TRACEMEM_SECRET_KEY"
+CONFIG_DIR_ENV = "TRACEMEM_CONFIG_DIR"
 MASK = "<redacted>"
 MIN_LENGTH = 4
 
 
-def hash_key(file_salt: bytes) -> bytes:
-    """The key secret fields are hashed with: the file's salt, mixed with `TRACEMEM_SECRET_KEY` when set."""
-    key = os.environ.get(SECRET_KEY_ENV)
-    if not key:
-        return file_salt
-    return hmac.new(key.encode(), b"tracemem-secret-hash\0" + file_salt, hashlib.sha256).digest()
+def key_file() -> str:
+    """Where the hash key lives when `TRACEMEM_SECRET_KEY` is not set (see the module docstring)."""
+    folder = os.environ.get(CONFIG_DIR_ENV) or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "tracemem")
+    return os.path.join(folder, "secret-key")
+
+
+def _outside_key() -> bytes:
+    """The key kept outside every store: the environment's, else the key file's (made on first use)."""
+    given = os.environ.get(SECRET_KEY_ENV)
+    if given:
+        return given.encode()
+    path = key_file()
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+        if key:
+            return key
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise TracememError(f"cannot read the secret hash key {path} ({err.strerror}); make it readable, or set "
+                            f"{SECRET_KEY_ENV}") from None
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first: theirs counts
+        return _outside_key()
+    except OSError as err:
+        raise TracememError(f"cannot create the secret hash key {path} ({err.strerror}); set {SECRET_KEY_ENV} "
+                            f"(or {CONFIG_DIR_ENV} to a writable folder) so secret fields can be hashed") from None
+    key = os.urandom(32).hex().encode()
+    with os.fdopen(fd, "wb") as f:
+        f.write(key + b"\n")
+    return key
+
+
+class HashKey:
+    """The HMAC key of one store's secret hashes: the key kept outside the store mixed with the store's salt,
+    read (or made) when the first secret is hashed, so a store never used with secrets touches no file."""
+
+    def __init__(self, salt: bytes) -> None:
+        self.salt = salt
+        self._key: Optional[bytes] = None
+        self._lock = threading.Lock()
+
+    def key(self) -> bytes:
+        with self._lock:
+            if self._key is None:
+                self._key = hmac.new(_outside_key(), b"tracemem-secret-hash\0" + self.salt, hashlib.sha256).digest()
+            return self._key
+
+    def hexdigest(self, raw: bytes) -> str:
+        return hmac.new(self.key(), raw, hashlib.sha256).hexdigest()
 
 
 def _raw(value: Any) -> Optional[str]:
     raw = value.get_secret_value() if hasattr(value, "get_secret_value") else value
     if isinstance(raw, bytes):
         raw = raw.decode(errors="ignore")
-    return raw if isinstance(raw, str) and len(raw) >= MIN_LENGTH else None
+    return raw if isinstance(raw, str) and raw else None
 
 
 def credentials(model: Any) -> list[str]:
@@ -63,13 +122,14 @@ def credentials(model: Any) -> list[str]:
             password = urllib.parse.urlsplit(base).password
         except ValueError:
             password = None
-        if password and len(password) >= MIN_LENGTH:
+        if password:
             found.extend({password, urllib.parse.unquote(password)})
     return found
 
 
 class Masker:
-    """Replaces known secret values (and their JSON-escaped spellings) with `<redacted>` in text and values."""
+    """Replaces known secret values (and their JSON-escaped spellings) with `<redacted>` in text and values:
+    long ones wherever they appear, short ones where they stand as a word (see the module docstring)."""
 
     def __init__(self, values: Iterable[Any]) -> None:
         texts: set[str] = set()
@@ -81,17 +141,21 @@ class Masker:
             escaped = json.dumps(raw)[1:-1]  # how the value appears inside JSON text
             if escaped != raw:
                 texts.add(escaped)
-        self.texts = sorted(texts, key=len, reverse=True)  # longest first: a secret containing another
+        self.texts = sorted((t for t in texts if len(t) >= MIN_LENGTH), key=len, reverse=True)  # longest first
+        short = sorted((t for t in texts if len(t) < MIN_LENGTH), key=len, reverse=True)
+        self.words = re.compile("|".join(rf"(?<!\w){re.escape(t)}(?!\w)" for t in short)) if short else None
 
     def __bool__(self) -> bool:
-        return bool(self.texts)
+        return bool(self.texts) or self.words is not None
 
     def text(self, text: Any) -> Any:
-        if not self.texts or not text or not isinstance(text, str):
+        if not self or not text or not isinstance(text, str):
             return text
         for secret in self.texts:
             if secret in text:
                 text = text.replace(secret, MASK)
+        if self.words is not None:
+            text = self.words.sub(MASK, text)
         return text
 
     def value(self, value: Any) -> Any:

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from .common import Commands, open_store, resolve_run, wants_json
+from .common import Commands, open_store, positive_int, resolve_run, wants_json
 from .loading import load_env, load_flow
 from .render import table, to_json
 
@@ -29,7 +29,7 @@ def setup_blame(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", default="answer", help="rank over judgements of this value (default: answer)")
     p.add_argument("--pipeline", help="only runs of this pipeline")
     p.add_argument("--subject", help="only runs for this subject")
-    p.add_argument("--limit", type=int, default=20, help="how many sources to show (default 20)")
+    p.add_argument("--limit", type=positive_int, default=20, help="how many sources to show (default 20)")
 
 
 def setup_counterfactual(p: argparse.ArgumentParser) -> None:

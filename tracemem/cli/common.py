@@ -26,6 +26,17 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (`--limit 0` or `-1` is refused, not taken as "none")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a number of at least 1, got {value}")
+    return value
+
+
 def db_path(args: argparse.Namespace) -> str:
     """The store a command works on: --db (a file or a postgresql:// URL), else $TRACEMEM_DB, else
     ./tracemem.duckdb."""

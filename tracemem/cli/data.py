@@ -11,7 +11,7 @@ import duckdb
 
 from ..errors import TracememError, UsageError
 from ..times import utc_naive, utc_now
-from .common import Commands, open_store, wants_json
+from .common import Commands, db_path, is_url, open_store, wants_json
 from .render import Progress, table, to_json
 
 
@@ -33,6 +33,9 @@ def setup_prune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", help="days (e.g. 30) or an ISO date (UTC, as run times are stored)")
     p.add_argument("--keep-last", metavar="N", help="keep the newest N runs")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    p.add_argument("--compact", action="store_true",
+                   help="then rewrite the DuckDB file so it shrinks (DuckDB reuses freed space but never gives it "
+                        "back, VACUUM included); needs the file to itself")
     p.add_argument("--force", action="store_true",
                    help="remove runs kept evidence cites too (a memory's source, a snapshot a kept run loaded, "
                         "earlier turns of a kept thread); traces into them then say 'pruned'")
@@ -147,16 +150,29 @@ def _count(text: str) -> int:
 def cmd_prune(args: argparse.Namespace, out: Any) -> None:
     if args.older_than is None and args.keep_last is None:
         raise TracememError("prune needs --older-than DAYS|DATE and/or --keep-last N")
+    if args.compact and is_url(db_path(args)):
+        raise TracememError("--compact rewrites a DuckDB file; PostgreSQL reuses the space of pruned rows itself "
+                            "(autovacuum), and an administrator's VACUUM FULL gives it back to the system")
     keep_last = None if args.keep_last is None else _count(args.keep_last)
     cutoff = _when(args.older_than) if args.older_than else None
     with open_store(args, write=True) as store:
         report = store.prune(older_than=cutoff, keep_last=keep_last, dry_run=args.dry_run, force=args.force,
                              progress=Progress("pruning"))
+    sizes = _compact(args) if args.compact and not args.dry_run else None
     if wants_json(args):
         print(to_json({"runs": report.runs, "rows": report.rows, "kept_cited": report.kept_cited,
-                       "kept_why": report.kept_why, "forced": report.forced, "dry_run": report.dry_run}), file=out)
+                       "kept_why": report.kept_why, "forced": report.forced, "dry_run": report.dry_run,
+                       **({"bytes_before": sizes[0], "bytes_after": sizes[1]} if sizes else {})}), file=out)
     else:
         print(report, file=out)
+        if sizes:
+            print(f"compacted {db_path(args)}: {sizes[0] / 1e6:.1f} MB → {sizes[1] / 1e6:.1f} MB", file=out)
+
+
+def _compact(args: argparse.Namespace) -> tuple[int, int]:
+    from ..store.compact import compact
+
+    return compact(db_path(args))
 
 
 def cmd_export(args: argparse.Namespace, out: Any) -> None:

@@ -5,20 +5,10 @@ import argparse
 from typing import Any
 
 from ..trace.trace import KINDS
-from .common import Commands, open_store, resolve_run, wants_json
+from .common import Commands, open_store, positive_int, resolve_run, wants_json
 from .render import table, to_json
 
 MORE = "raise --max-lines, or narrow with --only KIND or --focus NODE"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"takes a number of at least 1, got {value}")
-    return value
 
 
 def setup_backtrack(p: argparse.ArgumentParser) -> None:
@@ -32,8 +22,8 @@ def setup_backtrack(p: argparse.ArgumentParser) -> None:
                         "a memory id (m_…) or a node id from --json")
     p.add_argument("--beyond", type=int, default=3, metavar="N",
                    help="with --only or --focus: also show N levels behind the nodes kept (default 3)")
-    p.add_argument("--depth", type=_positive, metavar="N", help="show at most N levels below the value")
-    p.add_argument("--max-lines", type=_positive, default=60, metavar="N",
+    p.add_argument("--depth", type=positive_int, metavar="N", help="show at most N levels below the value")
+    p.add_argument("--max-lines", type=positive_int, default=60, metavar="N",
                    help="print at most N lines of the trace (default 60)")
     p.add_argument("--influence", action="store_true",
                    help="rank the final prompt's sections by overlap with the answer (correlational)")

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import Commands, open_store, resolve_run, wants_json
+from .common import Commands, open_store, positive_int, resolve_run, wants_json
 from .details import calls_text, logs_text, prompts_text, run_json, summary_line
 from .render import table, to_json
 
@@ -19,7 +19,7 @@ def setup_runs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=("run", "fork", "replay", "counterfactual"),
                    help="only runs of this kind (--status paused lists the runs waiting for a person: no "
                         "counterfactuals unless --kind counterfactual)")
-    p.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default 20)")
+    p.add_argument("--limit", type=positive_int, default=20, help="how many runs, newest first (default 20)")
 
 
 def setup_show(p: argparse.ArgumentParser) -> None:

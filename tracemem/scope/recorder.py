@@ -20,7 +20,7 @@ from pydantic_core import PydanticSerializationError
 from ..errors import ScopeReadError, ScopeWriteError
 from ..record import ReadFields, WriteFields
 from .paths import Path, format_path
-from .schema import ScopeSchema, short_error
+from .schema import Salt, ScopeSchema, short_error
 from .tracked import SCALARS, track, unwrap
 from .unwritable import dump_escaped, refused, surrogate_error
 
@@ -30,7 +30,7 @@ class RunState:
 
     __slots__ = ("schema", "data", "last_write", "salt", "secrets", "escaped")
 
-    def __init__(self, schema: ScopeSchema, data: dict[str, Any], salt: bytes) -> None:
+    def __init__(self, schema: ScopeSchema, data: dict[str, Any], salt: Salt) -> None:
         self.schema = schema
         self.data = data
         self.last_write: dict[str, tuple[int, int]] = {}

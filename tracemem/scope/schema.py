@@ -10,7 +10,7 @@ import hmac
 import json
 import types
 import typing
-from typing import Annotated, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Union
 
 import pydantic_core
 from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter, ValidationError
@@ -20,6 +20,11 @@ from ..errors import TracememError
 from ..surrogates import ESCAPED, escape_surrogates
 from .paths import Path, root_of
 from .unwritable import refused, surrogate_error
+
+if TYPE_CHECKING:
+    from ..masking import HashKey
+
+Salt = Union[bytes, "HashKey"]  # what secrets are hashed with: a store's HashKey, or random bytes without a store
 
 _NOT_VALIDATED = object()
 
@@ -164,7 +169,7 @@ class ScopeSchema:
         """The default value of a field (what deleting it restores)."""
         return self.model.model_fields[name].get_default(call_default_factory=True, validated_data={})
 
-    def dump(self, root: str, value: Any, salt: bytes) -> str:
+    def dump(self, root: str, value: Any, salt: Salt) -> str:
         """JSON text of a value written under field `root`; secret fields become a salted hash."""
         if root in self.secret:
             return redact(value, salt)
@@ -172,7 +177,7 @@ class ScopeSchema:
             return str(value)
         return pydantic_core.to_json(value, fallback=_fallback).decode()
 
-    def dump_scope(self, data: dict[str, Any], salt: bytes, notes: Optional[list[str]] = None) -> str:
+    def dump_scope(self, data: dict[str, Any], salt: Salt, notes: Optional[list[str]] = None) -> str:
         """JSON text of scope data (all fields present in `data`, in model order). With `notes`, text that
         UTF-8 cannot hold is escaped and noted there (else it raises)."""
         try:
@@ -183,7 +188,7 @@ class ScopeSchema:
         return "{" + ",".join(f"{json.dumps(k)}:{self._dump_field(k, data[k], salt, notes)}"
                               for k in self.fields if k in data) + "}"
 
-    def _dump_field(self, root: str, value: Any, salt: bytes, notes: Optional[list[str]]) -> str:
+    def _dump_field(self, root: str, value: Any, salt: Salt, notes: Optional[list[str]]) -> str:
         try:
             return self.dump(root, value, salt)
         except (PydanticSerializationError, UnicodeError, RecursionError) as err:
@@ -194,7 +199,7 @@ class ScopeSchema:
             notes.append(f"field '{root}' of the run's input or output: {ESCAPED}")
             return self.dump(root, escape_surrogates(value), salt)
 
-    def dump_output(self, data: dict[str, Any], writes: list[Any], salt: bytes,
+    def dump_output(self, data: dict[str, Any], writes: list[Any], salt: Salt,
                     notes: Optional[list[str]] = None, dumped: bool = False) -> str:
         """`runs.output`: the final value of each field the run set whole; the fields it changed
         only in place are named under "$partial" (their changes are in `writes`). Never the whole
@@ -277,14 +282,15 @@ def _fallback(value: Any) -> Any:
     return {"$unserializable": type(value).__name__}
 
 
-def redact(value: Any, salt: bytes) -> str:
-    """The recorded form of a secret: a marker and a salted hash, never the value."""
+def redact(value: Any, salt: Salt) -> str:
+    """The recorded form of a secret: a marker and a keyed hash, never the value. `salt`: the store's
+    `HashKey` (tracemem/masking.py), or random bytes for a run recorded without a store."""
     raw = value.get_secret_value() if isinstance(value, (SecretStr, SecretBytes)) else value
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
     elif not isinstance(raw, bytes):
         raw = pydantic_core.to_json(raw, fallback=_fallback)
-    digest = hmac.new(salt, raw, hashlib.sha256).hexdigest()[:32]
+    digest = (hmac.new(salt, raw, hashlib.sha256).hexdigest() if isinstance(salt, bytes) else salt.hexdigest(raw))[:32]
     return json.dumps({"$redacted": f"hmac-sha256:{digest}"})
 
 

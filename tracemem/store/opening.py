@@ -19,7 +19,11 @@ import duckdb
 from ..errors import StoreError, TracememError
 from .diagnose import first_line, is_data_error, lock_conflict, open_error, same_process_conflict
 from .journal import recover
+from .local_paths import check_local, no_downloads
 from .snapshot_dirs import clean_stale, make_snapshot_dir
+
+
+NO_DOWNLOADS = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
 
 
 class StoreLockedError(StoreError):
@@ -36,14 +40,17 @@ class Opened:
 
 def connect(path: str, read_only: bool, block_size: int, snapshot_if_locked: bool) -> Opened:
     """Open (or create) the file; a locked file gives StoreLockedError, or a snapshot copy for a reader."""
+    check_local(path, "the store")
     if path != ":memory:" and read_only and not os.path.exists(path):
         raise TracememError(f"no tracemem store at {path}; run a flow with Store('{path}') first, or pass --db PATH")
     try:
         if not read_only and path != ":memory:" and not os.path.exists(path):
             # the block size is fixed when the file is created; a connection opened with a config
             # would make every other Store on this file in this process "a different configuration"
-            duckdb.connect(path, config={"default_block_size": str(block_size)}).close()
-        return Opened(duckdb.connect(path, read_only=read_only), path)
+            duckdb.connect(path, config={"default_block_size": str(block_size), **NO_DOWNLOADS}).close()
+        con = duckdb.connect(path, read_only=read_only)
+        no_downloads(con)
+        return Opened(con, path)
     except duckdb.Error as err:
         same_process = same_process_conflict(err, path)
         holder = f"this process ({os.getpid()})" if same_process else lock_conflict(err, path)
@@ -74,6 +81,7 @@ def open_snapshot(path: str, holder: str) -> Opened:
         if os.path.exists(path + ".wal"):
             shutil.copyfile(path + ".wal", copy + ".wal")
         con = duckdb.connect(copy, read_only=True)
+        no_downloads(con)
     except (OSError, duckdb.Error) as err:  # never leave the copy behind
         shutil.rmtree(folder, ignore_errors=True)
         raise TracememError(f"cannot open {path}: {str(err).splitlines()[0].replace(copy, path)}") from None

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from ..errors import StoreError, TracememError
 from ..exchange import KnownContent
 from ..ids import new_id
-from ..masking import hash_key
+from ..masking import HashKey
 from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
@@ -46,6 +46,7 @@ from .claims import claim, release
 from .feedback import Feedback
 from .feedback import record as record_feedback
 from .listing import list_runs
+from .local_paths import check_local
 from .load import chain_of, load_run, load_runs, resolve_run_id, thread
 from .requests import Request, requests_of
 from .registry import caller, open_stores
@@ -127,7 +128,7 @@ class Store:
         self.snapshot_of, self.snapshot_note = self.backend.snapshot_of, self.backend.snapshot_note
         self.interrupted = self.backend.interrupted  # runs found running under a dead writer's lease
         try:
-            self.salt = hash_key(bytes.fromhex(self.backend.salt or "00"))  # see tracemem/masking.py
+            self.salt = HashKey(bytes.fromhex(self.backend.salt or "00"))  # the secret hash key: tracemem/masking.py
             with self.lock:  # (a PostgreSQL schema is indexed from the start: store/pg/schema.py)
                 self.indexed = self.backend.shared or (False if self.read_only else index(self.backend.con, log))
         except ValueError:
@@ -376,7 +377,8 @@ class Store:
         return report
 
     def export(self, directory: str, *, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]:
-        """Write every table to `directory/<table>.parquet`; returns rows per table."""
+        """Write every table to `directory/<table>.parquet` (a folder on this machine); returns rows per table."""
+        check_local(directory, "the export folder")
         self.flush()
         with self.lock:
             return self.backend.export(directory, progress=progress)
