@@ -137,7 +137,8 @@ def serve(db: str, *, host: str = "127.0.0.1", port: int = 8765, allow_edit: boo
     announce(f"tracemem ui: {source.label} at http://{shown}:{bound}/ ({mode}; Ctrl-C to stop)")
     if host not in LOOPBACK:
         announce(f"warning: listening on {host}: anyone who can reach this address can read the store")
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    # on Ctrl-C or SIGTERM, requests get a moment to finish; then the shutdown stops their queries (_lifespan)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from ..errors import TracememError
 
-__all__ = ["TimedOut", "time_limit"]
+__all__ = ["TimedOut", "interrupt", "time_limit"]
 
 
 class TimedOut(TracememError):
@@ -45,3 +45,14 @@ def time_limit(store: Any, seconds: float) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+def interrupt(store: Any) -> None:
+    """Cancel every query running on `store` now, its user SQL included (the viewer is stopping)."""
+    backend = store.backend
+    if backend.kind == "postgres":
+        backend.con.raw.cancel()  # (psycopg: safe from another thread)
+        return
+    backend.interrupt()
+    if backend.user_sql is not None:
+        backend.user_sql.interrupt()

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ..store import Store
 from ..store.backend import is_postgres_url
-from .limits import time_limit
+from .limits import interrupt, time_limit
 
 __all__ = ["NO_EMBEDDERS", "Source", "file_version", "label_of"]
 
@@ -86,6 +86,7 @@ class Source:
         self._memo: dict[str, Any] = {}
         self._memo_version = ""
         self._shared: Optional[Shared] = None
+        self._active: set[Store] = set()  # the stores requests are reading now (stopped by `close`)
 
     def check(self) -> None:
         """Open the store once (and close it), so a wrong path or a file that is not a store fails at start."""
@@ -98,6 +99,8 @@ class Source:
         only SQL typed by a person (fenced, with its own time limit), so it need not take a turn on a
         shared copy's connection."""
         store, shared = self._acquire()
+        with self.lock:
+            self._active.add(store)
         try:
             turn = shared.turn if shared is not None and not user_sql else nullcontext()
             with turn, time_limit(store, self.timeout):
@@ -137,6 +140,8 @@ class Source:
             return store, shared
 
     def _release(self, store: Store, shared: Optional[Shared]) -> None:
+        with self.lock:
+            self._active.discard(store)
         if shared is None:
             store.close()
             return
@@ -166,5 +171,8 @@ class Source:
             store.close()
 
     def close(self) -> None:
+        """Stop what requests still run (the server is stopping) and close the snapshot copy."""
         with self.lock:
+            for store in self._active:
+                interrupt(store)
             self._retire()
