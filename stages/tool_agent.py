@@ -34,6 +34,7 @@ and use your own scope: every field is a parameter, as in the other stages.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Iterable, Optional, Union
 
 from tracemem import Pipeline, PipelineError, StageContext, decide
@@ -72,118 +73,156 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
     toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
     pipe = pipeline if pipeline is not None else Pipeline(name, scope)
     fields = pipe.scope
-    messages_from = _field(fields, "messages_from", messages_from, "messages", True)  # type: ignore[assignment]
-    pending_from = _field(fields, "pending_from", pending_from, "pending_tool_calls", True)  # type: ignore[assignment]
-    into = _field(fields, "into", into, "answer", True)  # type: ignore[assignment]
-    system_from = _field(fields, "system_from", system_from, "prompt", False)
-    prompt_id_from = _field(fields, "prompt_id_from", prompt_id_from, "prompt_id", False)
-    question_from = _field(fields, "question_from", question_from, "question", False)
-    options: dict[str, Any] = {"tools": toolset.specs}
-    if tool_choice is not None:
-        options["tool_choice"] = tool_choice
+    required = {label: _field(fields, label, value, default, True) for label, value, default in (
+        ("messages_from", messages_from, "messages"), ("pending_from", pending_from, "pending_tool_calls"),
+        ("into", into, "answer"))}
+    agent = ToolAgent(toolset, model, tool_choice=tool_choice, max_calls_per_reply=max_calls_per_reply,
+                      **required,  # type: ignore[arg-type]
+                      system_from=_field(fields, "system_from", system_from, "prompt", False),
+                      prompt_id_from=_field(fields, "prompt_id_from", prompt_id_from, "prompt_id", False),
+                      question_from=_field(fields, "question_from", question_from, "question", False))
+    return agent.build(pipe, max_turns=max_turns)
 
-    def think(scope: Any, ctx: StageContext) -> None:
+
+class ToolAgent:
+    """The tool agent's stages as methods of one object holding what they share: the tools, the model
+    and the scope fields they read and write. `build` appends them to a pipeline; each method is one
+    stage (or one part of the tools stage), so each step of a run names the method that made it."""
+
+    def __init__(self, toolset: ToolSet, model: Union[ChatModel, str], *, tool_choice: ToolChoice,
+                 max_calls_per_reply: int, messages_from: str, pending_from: str, into: str,
+                 system_from: Optional[str], prompt_id_from: Optional[str], question_from: Optional[str]) -> None:
+        self.toolset, self.model, self.max_calls_per_reply = toolset, model, max_calls_per_reply
+        self.messages_from, self.pending_from, self.into = messages_from, pending_from, into
+        self.system_from, self.prompt_id_from, self.question_from = system_from, prompt_id_from, question_from
+        self.options: dict[str, Any] = {"tools": toolset.specs}
+        if tool_choice is not None:
+            self.options["tool_choice"] = tool_choice
+
+    def build(self, pipe: Pipeline[Any], *, max_turns: int) -> Pipeline[Any]:
+        """Append think → route → [approve_tools →] tools → think … → final to `pipe`, the loop back to
+        think guarded by `max_turns`; return `pipe`. A method is no function to the pipeline, so each
+        stage's description (its docstring's first line) is passed explicitly."""
+        toolset = self.toolset
+        each = self.arun_tool if any(t.is_async for t in toolset) else self.run_tool
+        names = ", ".join(toolset.tools) or "none"
+        arm = Pipeline(f"{pipe.name}.tools", pipe.scope)
+        gated = [t.name for t in toolset if t.needs_approval]
+        if gated:
+            arm = arm.then(self.approve, id="approve_tools",
+                           description=f"a person approves calls of {', '.join(gated)}")
+        arm = arm.map(each, over=self.pending_from, id="tools", name="tools", tool=True,
+                      description=f"run each tool call ({names})")
+        final = Pipeline(f"{pipe.name}.final", pipe.scope).then(self.final, description=_summary(self.final))
+        return (pipe.then(self.think, id="think", description=_summary(self.think))
+                .branch(self.route, {"tools": arm, "final": final}, id="route", description=_summary(self.route))
+                .loop_to("think", when="tools", max_iterations=max_turns, id="max_turns"))
+
+    def think(self, scope: Any, ctx: StageContext) -> None:
         """Ask the model, with the tools; keep its reply and the tool calls it asked for."""
-        chat = chat_model(model, ctx, "tool_agent")
-        messages, asked = conversation(scope, system_from=system_from, messages_from=messages_from,
-                                       question_from=question_from, ask=ctx.iteration == 0)
-        prompt_id = (getattr(scope, prompt_id_from) or None) if prompt_id_from else None
-        reply = ctx.complete(chat, messages, prompt_id=prompt_id, **options)
-        if len(reply.tool_calls) > max_calls_per_reply:
+        chat = chat_model(self.model, ctx, "tool_agent")
+        messages, asked = conversation(scope, system_from=self.system_from, messages_from=self.messages_from,
+                                       question_from=self.question_from, ask=ctx.iteration == 0)
+        prompt_id = (getattr(scope, self.prompt_id_from) or None) if self.prompt_id_from else None
+        reply = ctx.complete(chat, messages, prompt_id=prompt_id, **self.options)
+        if len(reply.tool_calls) > self.max_calls_per_reply:
             raise ToolError(f"the model asked for {len(reply.tool_calls)} tool calls in one reply; at most "
-                            f"{max_calls_per_reply} are run (tool_agent(max_calls_per_reply=...))")
+                            f"{self.max_calls_per_reply} are run (tool_agent(max_calls_per_reply=...))")
         calls = distinct_ids(reply.tool_calls)
-        history = getattr(scope, messages_from)
+        history = getattr(scope, self.messages_from)
         if asked:
             append_message(history, Message(role="user", content=messages[-1].content))
         message = reply.message
         append_message(history, message if calls == list(reply.tool_calls) else
                        message.model_copy(update={"tool_calls": calls}))
-        setattr(scope, pending_from, calls)
+        setattr(scope, self.pending_from, calls)
 
-    def route(scope: Any) -> str:
+    def route(self, scope: Any) -> str:
         """Tools while the model asks for them; else the final answer."""
-        return decide(scope, [("the model asked for tools", lambda s: bool(getattr(s, pending_from)), "tools")],
+        pending = self.pending_from
+        return decide(scope, [("the model asked for tools", lambda s: bool(getattr(s, pending)), "tools")],
                       default="final")
 
-    def record(scope: Any, ctx: StageContext, outcome: ToolOutcome) -> None:
-        ctx.emit("tool_calls", call_id=outcome.call_id, name=outcome.name, arguments=outcome.arguments,
-                 arguments_text=outcome.arguments_text, result=outcome.content, error=outcome.error,
-                 error_kind=outcome.error_kind, truncated=outcome.truncated, original_chars=outcome.original_chars,
-                 started_at=outcome.started_at, duration_ms=outcome.duration_ms)
-        if outcome.error is not None:
-            ctx.log(f"tool {outcome.name} ({outcome.call_id}): {outcome.error_kind}: {outcome.error}")
-        append_message(getattr(scope, messages_from), outcome.message())
-
-    def injected(scope: Any, ctx: StageContext, call: ToolCall, key: Optional[str]) -> dict[str, Any]:
-        """What a tool may ask for by name (`inject=`): none of it is built for a tool that asks for nothing."""
-        one = toolset.tools.get(call.name)
-        return {**ctx.env, "scope": scope, "ctx": ctx, "idempotency_key": key} if one is None or one.injected else {}
-
-    def effect(call: ToolCall) -> bool:
-        one = toolset.tools.get(call.name)
-        return one is not None and not one.pure
-
-    def run_tool(scope: Any, ctx: StageContext) -> None:
-        """Run one tool call the model asked for (errors go back to the model), once if it has side effects."""
-        call = _call(ctx.item)
-        if not effect(call):
-            return record(scope, ctx, toolset.run(call, **injected(scope, ctx, call, None)))
-        done = ctx.effect(call.name, lambda key: toolset.run(call, **injected(scope, ctx, call, key)).recorded(),
-                          input=_input(call), kind="tool", key=call.id)
-        record(scope, ctx, ToolOutcome(**done))
-
-    async def arun_tool(scope: Any, ctx: StageContext) -> None:
-        """Run one tool call the model asked for (errors go back to the model), once if it has side effects."""
-        call = _call(ctx.item)
-        if not effect(call):
-            return record(scope, ctx, await toolset.arun(call, **injected(scope, ctx, call, None)))
-
-        async def make(key: str) -> dict[str, Any]:
-            return (await toolset.arun(call, **injected(scope, ctx, call, key))).recorded()
-        record(scope, ctx, ToolOutcome(**await ctx.aeffect(call.name, make, input=_input(call), kind="tool",
-                                                           key=call.id)))
-
-    def approve(scope: Any, ctx: StageContext) -> None:
+    def approve(self, scope: Any, ctx: StageContext) -> None:
         """Pause for a person when the reply asks for a tool that needs approval; go on with their decisions."""
-        pending = [_call(c) for c in getattr(scope, pending_from)]
+        toolset = self.toolset
+        pending = [_call(c) for c in getattr(scope, self.pending_from)]
         asks = [c for c in pending if c.name in toolset and toolset[c.name].needs_approval]
         if not asks:
             return
         decisions: ToolApprovals = ctx.interrupt(ask_payload(asks, toolset.tools), expect=ToolApprovals)
-        kept, history = [], getattr(scope, messages_from)
+        kept = []
         for call in pending:
             decision = decisions.decision(call.id)
             if decision is None or decision.approved:
                 kept.append(call if decision is None or decision.arguments is None else
                             ToolCall(id=call.id, name=call.name, arguments=decision.arguments))
             else:
-                text = REJECTED.format(message=decision.message.strip() or "not approved")
-                ctx.emit("tool_calls", call_id=call.id, name=call.name, arguments=call.arguments,
-                         arguments_text=call.arguments_text, result=text, error="rejected by a person",
-                         error_kind="rejected", truncated=False, original_chars=len(text), started_at=None,
-                         duration_ms=0.0)
-                append_message(history, Message(role="tool", tool_call_id=call.id, content=text))
-        setattr(scope, pending_from, kept)
+                self.reject(scope, ctx, call, decision.message)
+        setattr(scope, self.pending_from, kept)
 
-    def final(scope: Any) -> None:
+    def reject(self, scope: Any, ctx: StageContext, call: ToolCall, message: str) -> None:
+        """A call a person rejected: recorded as a tool call that never ran, its message read by the model."""
+        text = REJECTED.format(message=message.strip() or "not approved")
+        ctx.emit("tool_calls", call_id=call.id, name=call.name, arguments=call.arguments,
+                 arguments_text=call.arguments_text, result=text, error="rejected by a person",
+                 error_kind="rejected", truncated=False, original_chars=len(text), started_at=None,
+                 duration_ms=0.0)
+        append_message(getattr(scope, self.messages_from), Message(role="tool", tool_call_id=call.id, content=text))
+
+    def run_tool(self, scope: Any, ctx: StageContext) -> None:
+        """Run one tool call the model asked for (errors go back to the model), once if it has side effects."""
+        call, toolset = _call(ctx.item), self.toolset
+        if not self.is_effect(call):
+            return self.record(scope, ctx, toolset.run(call, **self.injected(scope, ctx, call, None)))
+        done = ctx.effect(call.name,
+                          lambda key: toolset.run(call, **self.injected(scope, ctx, call, key)).recorded(),
+                          input=_input(call), kind="tool", key=call.id)
+        self.record(scope, ctx, ToolOutcome(**done))
+
+    async def arun_tool(self, scope: Any, ctx: StageContext) -> None:
+        """Run one tool call the model asked for (errors go back to the model), once if it has side effects."""
+        call, toolset = _call(ctx.item), self.toolset
+        if not self.is_effect(call):
+            return self.record(scope, ctx, await toolset.arun(call, **self.injected(scope, ctx, call, None)))
+
+        async def make(key: str) -> dict[str, Any]:
+            return (await toolset.arun(call, **self.injected(scope, ctx, call, key))).recorded()
+        self.record(scope, ctx, ToolOutcome(**await ctx.aeffect(call.name, make, input=_input(call), kind="tool",
+                                                                key=call.id)))
+
+    def is_effect(self, call: ToolCall) -> bool:
+        """A call of a known tool not declared pure: made once, answered from the record after that."""
+        one = self.toolset.tools.get(call.name)
+        return one is not None and not one.pure
+
+    def injected(self, scope: Any, ctx: StageContext, call: ToolCall, key: Optional[str]) -> dict[str, Any]:
+        """What a tool may ask for by name (`inject=`): none of it is built for a tool that asks for nothing."""
+        one = self.toolset.tools.get(call.name)
+        return {**ctx.env, "scope": scope, "ctx": ctx, "idempotency_key": key} if one is None or one.injected else {}
+
+    def record(self, scope: Any, ctx: StageContext, outcome: ToolOutcome) -> None:
+        """A tool call's `tool_calls` row, its error in the step's log, and its result message for the model."""
+        ctx.emit("tool_calls", call_id=outcome.call_id, name=outcome.name, arguments=outcome.arguments,
+                 arguments_text=outcome.arguments_text, result=outcome.content, error=outcome.error,
+                 error_kind=outcome.error_kind, truncated=outcome.truncated, original_chars=outcome.original_chars,
+                 started_at=outcome.started_at, duration_ms=outcome.duration_ms)
+        if outcome.error is not None:
+            ctx.log(f"tool {outcome.name} ({outcome.call_id}): {outcome.error_kind}: {outcome.error}")
+        append_message(getattr(scope, self.messages_from), outcome.message())
+
+    def final(self, scope: Any) -> None:
         """The answer: the last assistant message's text."""
-        history = getattr(scope, messages_from)
+        history = getattr(scope, self.messages_from)
         last = next((history[i] for i in range(len(history) - 1, -1, -1) if history[i].get("role") == "assistant"),
                     None)
-        setattr(scope, into, (last.get("content") or "") if last is not None else "")
+        setattr(scope, self.into, (last.get("content") or "") if last is not None else "")
 
-    each = arun_tool if any(t.is_async for t in toolset) else run_tool
-    names = ", ".join(toolset.tools) or "none"
-    arm = Pipeline(f"{pipe.name}.tools", pipe.scope)
-    gated = [t.name for t in toolset if t.needs_approval]
-    if gated:
-        arm = arm.then(approve, id="approve_tools", description=f"a person approves calls of {', '.join(gated)}")
-    arm = arm.map(each, over=pending_from, id="tools", name="tools", tool=True,
-                  description=f"run each tool call ({names})")
-    return (pipe.then(think, id="think")
-            .branch(route, {"tools": arm, "final": final}, id="route")
-            .loop_to("think", when="tools", max_iterations=max_turns, id="max_turns"))
+
+def _summary(fn: Callable[..., Any]) -> Optional[str]:
+    """The first line of a stage's docstring: its description in the flow's graph."""
+    doc = inspect.getdoc(fn)
+    return doc.strip().splitlines()[0] if doc else None
 
 
 def _call(item: Any) -> ToolCall:
