@@ -9,11 +9,11 @@ from typing import Any, Optional, Sequence
 import duckdb
 
 from ..errors import TracememError
-from . import accountability, copy, data, explain, graph, memory, resume, runs, ui
+from . import accountability, copy, data, explain, graph, memory, resume, runs, ui, why
 from .common import Commands, common_options
 from .render import Visible, visible
 
-ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **explain.COMMANDS, **accountability.COMMANDS, **data.COMMANDS,
+ENGINE_COMMANDS: Commands = {**runs.COMMANDS, **why.COMMANDS, **explain.COMMANDS, **accountability.COMMANDS, **data.COMMANDS,
                               **memory.COMMANDS, **graph.COMMANDS, **resume.COMMANDS, **ui.COMMANDS,
                               **copy.COMMANDS}
 

@@ -1,8 +1,11 @@
 """Backtracking: why a value is what it is (`run.backtrack(path)` returns a `Trace`).
 
 `walk` builds the graph from a run's record (and `sources` extends it beyond the
-scope); `trace` renders it.
+scope); `trace` renders it. `why(run, path)` answers with the sources alone, ranked (and,
+with `verify=k` and a model, tested).
 """
+from .causes import Cause
 from .trace import KINDS, Trace, describe, describe_decision
+from .why import Why, why
 
-__all__ = ["KINDS", "Trace", "describe", "describe_decision"]
+__all__ = ["KINDS", "Cause", "Trace", "Why", "describe", "describe_decision", "why"]

@@ -31,6 +31,7 @@ class RunIndex:
         self.inputs: dict[str, Any] = json.loads(run.input_json) if run.input_json else {}
         self.given = set(self.inputs) if run.continues else set()
         self._rows_by_step: dict[str, dict[int, list[dict[str, Any]]]] = {}
+        self._from_model: dict[int, bool] = {}
 
     def node_write(self, w: Write) -> str:
         return f"w:{self.run.run_id}:{w.step}:{w.seq}"
@@ -45,8 +46,19 @@ class RunIndex:
         return None
 
     def model_output(self, read: Read) -> bool:
-        """Whether a read saw a value written by a step that called a model (a reply, not the user's words)."""
-        return read.source_step is not None and bool(self.rows("model_calls", read.source_step))
+        """Whether a read saw a value derived from a model's reply, not the user's words: written by a step
+        that called a model, or by a step that read such a value (`final` copying the reply into `answer`)."""
+        return read.source_step is not None and self.from_model(read.source_step)
+
+    def from_model(self, step: int) -> bool:
+        """Whether what `step` wrote may carry a model's reply: it called a model, or read what such a step
+        wrote. Worked out for every step at once, in run order, the first time it is asked."""
+        if not self._from_model:
+            for at in sorted(self.steps):
+                self._from_model[at] = bool(self.rows("model_calls", at)) or any(
+                    self._from_model.get(r.source_step, False) for r in self.reads.get(at, ())
+                    if r.source_step is not None and r.source_step < at)
+        return self._from_model.get(step, False)
 
     def rows(self, table: str, step: int) -> list[dict[str, Any]]:
         """The extra rows (`model_calls`, `memory_uses`, ...) one step emitted."""
