@@ -71,69 +71,45 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
                     max_memory_chars: int = 2000, max_line_chars: int = 300, into: str = "prompt",
                     id_into: Optional[str] = "prompt_id") -> Callable[[Any, StageContext], None]:
     """A stage writing the assembled system prompt to `scope.<into>` (and its id to `scope.<id_into>`)."""
+    return PromptAssembler(instructions=instructions, base_rules=base_rules, user_from=user_from,
+                           memories_from=memories_from, context_from=tuple(context_from), directions=directions,
+                           system=system, max_memories=max_memories, max_memory_chars=max_memory_chars,
+                           max_line_chars=max_line_chars, into=into, id_into=id_into).assemble_prompt
 
-    def assemble(scope: Any, ctx: StageContext) -> None:
-        sections: list[Section] = [Section("base", base_rules, "rules", "base")]
-        if instructions:
-            sections.append(Section("instructions", instructions, "instructions", "instructions"))
-        if user_from:
-            facts = getattr(scope, user_from) or {}
-            if facts:
-                lines = "\n".join(f"  {' '.join(str(k).split())}: {json.dumps(str(v), ensure_ascii=False)}"
-                                  for k, v in facts.items())
-                sections.append(Section("user", f"[User] (verified by the host)\n{lines}", "scope", user_from))
-        if memories_from:
-            memories = list(getattr(scope, memories_from) or [])
-            memories.sort(key=lambda m: str(m.get("created_at", "")))
-            shown, used, dropped = [], 0, 0
-            for m in memories:
-                line = _quote(m.get("text", ""), max_line_chars)
-                if len(shown) >= max_memories or used + len(line) > max_memory_chars:
-                    dropped += 1
-                    continue
-                shown.append((m, line))
-                used += len(line)
-            if shown:
-                note = f"\n  ({dropped} more not shown)" if dropped else ""
-                sections.append(Section("memory_intro", f"[Memory]\n{MEMORY_INTRO}", "recall", memories_from))
-                for m, line in shown:
-                    sections.append(Section("memory", line, "memory", m.get("memory_id")))
-                if note:
-                    sections.append(Section("memory_note", note.strip("\n"), "recall", memories_from))
-        for path in context_from:
-            value = _jsonable(getattr(scope, path, None))
-            if value in (None, "", {}, [], _DROP):
-                continue
-            # a string is quoted line by line ("  | "), so scope data (a tool result, say) cannot start a line
-            # that looks like a section header or a directive
-            body = "\n".join("  | " + line for line in value.splitlines()) if isinstance(value, str) else \
-                json.dumps(value, ensure_ascii=False, indent=1)
-            sections.append(Section("context", f"[Context: {path}]\n{body}", "scope", path))
-        sections.append(Section("directions", directions, "directions", "directions"))
+
+Span = tuple[Optional[int], Optional[int]]
+
+
+@dataclass(frozen=True)
+class PromptAssembler:
+    """What `assemble_prompt` was given, and the stage itself as the method of that name (a step is named
+    after its function); each other method builds the sections of one source."""
+
+    instructions: str
+    base_rules: str
+    user_from: Optional[str]
+    memories_from: Optional[str]
+    context_from: tuple[str, ...]
+    directions: str
+    system: Optional[Hook]
+    max_memories: int
+    max_memory_chars: int
+    max_line_chars: int
+    into: str
+    id_into: Optional[str]
+
+    def assemble_prompt(self, scope: Any, ctx: StageContext) -> None:
+        """Lay the sections out in order, let the host's hook have the last word, record the prompt and where
+        each section stands in it, and write it (and its id) to the scope."""
+        sections = self.sections(scope)
         if ctx.without:  # a counterfactual run drops the sections built from what it leaves out
             sections = [s for s in sections if not ctx.excluded(s.source_kind, s.source_id)]
-
-        spans: list[tuple[int, int]] = []
-        parts: list[str] = []
-        pos = 0
-        for i, s in enumerate(sections):
-            sep = "" if i == 0 else ("\n" if s.kind in ("memory", "memory_note") else "\n\n")
-            pos += len(sep)
-            parts.append(sep + s.text)
-            spans.append((pos, pos + len(s.text)))
-            pos += len(s.text)
-        assembled = "".join(parts)
+        assembled, spans = layout(sections)
         final = assembled
-        if system is not None:
-            replaced = system(ctx, assembled, directions)
+        if self.system is not None:
+            replaced = self.system(ctx, assembled, self.directions)
             if replaced is not None and replaced != assembled:
-                final = replaced
-                located, after = [], 0
-                for s in sections:  # in order, so a repeated text is found where it really is
-                    at = final.find(s.text, after)
-                    located.append((at, at + len(s.text)) if at >= 0 else (None, None))
-                    after = at + len(s.text) if at >= 0 else after
-                spans = located  # type: ignore[assignment]
+                final, spans = replaced, locate(sections, replaced)
                 sections.append(Section("hook", final, "hook", "hook"))
                 spans.append((0, len(final)))
         prompt_id = f"{ctx.run_id}:{ctx.step}"
@@ -141,9 +117,85 @@ def assemble_prompt(*, instructions: str = "", base_rules: str = BASE_RULES, use
         for idx, (s, (start, end)) in enumerate(zip(sections, spans)):
             ctx.emit("prompt_sections", prompt_id=prompt_id, idx=idx, kind=s.kind, text=s.text, start_char=start,
                      end_char=end, source_kind=s.source_kind, source_id=s.source_id)
-        setattr(scope, into, final)
-        if id_into:
-            setattr(scope, id_into, prompt_id)
+        setattr(scope, self.into, final)
+        if self.id_into:
+            setattr(scope, self.id_into, prompt_id)
 
-    assemble.__name__ = assemble.__qualname__ = "assemble_prompt"
-    return assemble
+    def sections(self, scope: Any) -> list[Section]:
+        """Every section, in the prompt's order: rules, instructions, user, memory, context, directions."""
+        sections = [Section("base", self.base_rules, "rules", "base")]
+        if self.instructions:
+            sections.append(Section("instructions", self.instructions, "instructions", "instructions"))
+        sections += self.user_sections(scope) + self.memory_sections(scope) + self.context_sections(scope)
+        sections.append(Section("directions", self.directions, "directions", "directions"))
+        return sections
+
+    def user_sections(self, scope: Any) -> list[Section]:
+        """[User]: the identity facts the host vouches for, one JSON-quoted value a line."""
+        facts = (getattr(scope, self.user_from) or {}) if self.user_from else {}
+        if not facts:
+            return []
+        lines = "\n".join(f"  {' '.join(str(k).split())}: {json.dumps(str(v), ensure_ascii=False)}"
+                          for k, v in facts.items())
+        return [Section("user", f"[User] (verified by the host)\n{lines}", "scope", self.user_from)]
+
+    def memory_sections(self, scope: Any) -> list[Section]:
+        """[Memory]: recalled facts oldest first, one quoted line each, within the count and character caps,
+        and a note of how many more were left out."""
+        if not self.memories_from:
+            return []
+        memories = sorted(getattr(scope, self.memories_from) or [], key=lambda m: str(m.get("created_at", "")))
+        shown, used, dropped = [], 0, 0
+        for m in memories:
+            line = _quote(m.get("text", ""), self.max_line_chars)
+            if len(shown) >= self.max_memories or used + len(line) > self.max_memory_chars:
+                dropped += 1
+                continue
+            shown.append(Section("memory", line, "memory", m.get("memory_id")))
+            used += len(line)
+        if not shown:
+            return []
+        intro = Section("memory_intro", f"[Memory]\n{MEMORY_INTRO}", "recall", self.memories_from)
+        if not dropped:
+            return [intro, *shown]
+        return [intro, *shown, Section("memory_note", f"  ({dropped} more not shown)", "recall", self.memories_from)]
+
+    def context_sections(self, scope: Any) -> list[Section]:
+        """[Context: path]: scope data as JSON, or a string quoted line by line ("  | "), so scope data (a tool
+        result, say) cannot start a line that looks like a section header or a directive."""
+        sections = []
+        for path in self.context_from:
+            value = _jsonable(getattr(scope, path, None))
+            if value in (None, "", {}, [], _DROP):
+                continue
+            body = "\n".join("  | " + line for line in value.splitlines()) if isinstance(value, str) else \
+                json.dumps(value, ensure_ascii=False, indent=1)
+            sections.append(Section("context", f"[Context: {path}]\n{body}", "scope", path))
+        return sections
+
+
+def layout(sections: Sequence[Section]) -> tuple[str, list[Span]]:
+    """The prompt's text and each section's character span in it: a blank line between sections, a
+    single line break between the lines of [Memory]."""
+    spans: list[Span] = []
+    parts: list[str] = []
+    pos = 0
+    for i, s in enumerate(sections):
+        sep = "" if i == 0 else ("\n" if s.kind in ("memory", "memory_note") else "\n\n")
+        pos += len(sep)
+        parts.append(sep + s.text)
+        spans.append((pos, pos + len(s.text)))
+        pos += len(s.text)
+    return "".join(parts), spans
+
+
+def locate(sections: Sequence[Section], text: str) -> list[Span]:
+    """Where each section stands in a prompt the host's hook rewrote, searched in order so a repeated text
+    is found where it really is; (None, None) for a section the hook left out."""
+    located: list[Span] = []
+    after = 0
+    for s in sections:
+        at = text.find(s.text, after)
+        located.append((at, at + len(s.text)) if at >= 0 else (None, None))
+        after = at + len(s.text) if at >= 0 else after
+    return located

@@ -44,7 +44,6 @@ NOT_YET = {
     # functions (lines)
     "stages/demo.py:run_demo": 97,
     "stages/extract.py:extract_memories": 94,
-    "stages/prompt.py:assemble_prompt": 82,
     "tracemem/memory/search.py:rank_shard": 75,
     "tracemem/store/retention.py:prune": 72,
     "tracemem/flow/resume.py:resume_execution": 70,
