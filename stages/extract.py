@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -90,63 +91,88 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
                      question_from: str = "question", answer_from: str = "answer", turn_from: Optional[str] = "turn_id",
                      into: Optional[str] = None, related: int = 5) -> Callable[[Any, StageContext], None]:
     """A stage remembering facts from the latest turn for the run's subject."""
+    return MemoryExtractor(model=model, threshold=threshold, on_extracted=on_extracted, on_error=on_error,
+                           tags=tuple(tags), content_filter=content_filter, skip_continuations=skip_continuations,
+                           near_duplicate=near_duplicate, question_from=question_from, answer_from=answer_from,
+                           turn_from=turn_from, into=into, related=related).extract_memories
 
-    def extract(scope: Any, ctx: StageContext) -> None:
+
+@dataclass(frozen=True)
+class MemoryExtractor:
+    """What `extract_memories` was given, and the stage itself as the method of that name (a step is named
+    after its function); `extract` does the work, `ask` the model call, `remember` one fact."""
+
+    model: Union[ChatModel, str]
+    threshold: float
+    on_extracted: Optional[Callable[[list[dict[str, Any]]], None]]
+    on_error: Optional[Callable[[BaseException], None]]
+    tags: tuple[str, ...]
+    content_filter: bool
+    skip_continuations: bool
+    near_duplicate: float
+    question_from: str
+    answer_from: str
+    turn_from: Optional[str]
+    into: Optional[str]
+    related: int
+
+    def extract_memories(self, scope: Any, ctx: StageContext) -> None:
+        """Extract and store the turn's facts, reporting each one's fate; a failure never breaks the run: it
+        goes to `on_error`, is logged in the step and marks the run degraded."""
         report: dict[str, Any] = {"stored": [], "dropped": [], "rejected": [], "duplicates": [], "error": None}
         try:
-            if skip_continuations and _is_continuation(scope, ctx):
-                ctx.log("extract_memories: continuation call, skipped")
-                report["skipped"] = "continuation"
+            skipped = self.skipped(scope, ctx)
+            if skipped is not None:
+                report["skipped"] = skipped
                 return
-            if ctx.without:  # a what-if re-execution (trace.counterfactual) must never teach the memory anything
-                ctx.log("extract_memories: a counterfactual run stores no memories, skipped")
-                report["skipped"] = "counterfactual"
-                return
-            _extract(scope, ctx, report)
-        except Exception as err:  # never breaks the run: routed to on_error, logged and marked in the step
+            self.extract(scope, ctx, report)
+        except Exception as err:
             report["error"] = f"{type(err).__name__}: {err}"
             report["degraded"] = _degraded(ctx, err, report["error"])
             ctx.log(f"extract_memories failed: {report['error']}")
-            if on_error is not None:
-                on_error(err)
+            if self.on_error is not None:
+                self.on_error(err)
         finally:
-            if into:
-                setattr(scope, into, report)
-            if report["stored"] and on_extracted is not None:
-                on_extracted(report["stored"])
+            if self.into:
+                setattr(scope, self.into, report)
+            if report["stored"] and self.on_extracted is not None:
+                self.on_extracted(report["stored"])
 
-    def _extract(scope: Any, ctx: StageContext, report: dict[str, Any]) -> None:
+    def skipped(self, scope: Any, ctx: StageContext) -> Optional[str]:
+        """Why this step learns nothing (logged): a continuation call of a tool loop, or a what-if
+        re-execution (trace.counterfactual), which must never teach the memory anything."""
+        if self.skip_continuations and _is_continuation(scope, ctx):
+            ctx.log("extract_memories: continuation call, skipped")
+            return "continuation"
+        if ctx.without:
+            ctx.log("extract_memories: a counterfactual run stores no memories, skipped")
+            return "counterfactual"
+        return None
+
+    def extract(self, scope: Any, ctx: StageContext, report: dict[str, Any]) -> None:
+        """Ask the model for the turn's facts, then keep each one that passes the threshold, the content
+        filter and the duplicate checks; an update of a stored fact supersedes it."""
         store, subject = ctx.store, ctx.subject
         if store is None or not subject:
             raise TracememError("extract_memories needs a store and a subject: flow.run(..., store=..., subject=...)")
-        chat = ctx.env[model] if isinstance(model, str) and model in ctx.env else model
+        chat = ctx.env[self.model] if isinstance(self.model, str) and self.model in ctx.env else self.model
         if isinstance(chat, str):
-            raise TracememError(f"extract_memories needs a model in env['{model}']")
-        question, answer = str(getattr(scope, question_from) or ""), str(getattr(scope, answer_from) or "")
+            raise TracememError(f"extract_memories needs a model in env['{self.model}']")
+        question, answer = str(getattr(scope, self.question_from) or ""), str(getattr(scope, self.answer_from) or "")
         if not question.strip():
             ctx.log("extract_memories: no user message this turn")
             return
-        known = store.memory.search(subject, question, recall=True, limit=related) if related else None
+        known = store.memory.search(subject, question, recall=True, limit=self.related) if self.related else None
         known_ids = {r.memory_id: r for r in known.records} if known else {}
-        known_text = "\n".join(f"- {r.memory_id}: {r.text}" for r in known_ids.values()) or "(none)"
-        messages = [Message(role="system", content=EXTRACTION_PROMPT + "\nKnown facts:\n" + known_text),
-                    Message(role="user", content=f"User: {question}\nAssistant: {answer}")]
-        reply = ctx.complete(chat, messages, schema=EXTRACTION_SCHEMA)  # recorded as a model_calls row
-        try:
-            parsed = ExtractedFacts.model_validate(json.loads(reply.text))
-        except json.JSONDecodeError as err:
-            raise TracememError(f"extraction model replied with invalid JSON ({err.msg}): {reply.text[:120]!r}") from None
-        except ValidationError as err:
-            raise TracememError(f"extraction reply does not match the schema: {err.errors()[0]['msg']} "
-                                f"at {err.errors()[0]['loc']}") from None
+        parsed = self.ask(ctx, chat, question, answer, known_ids.values())
         live = store.memory.records(subject)
         by_norm = {_norm(r.text): r for r in live if not r.flagged}  # a contradicted record is no duplicate
-        turn = str(getattr(scope, turn_from) or "") if turn_from else ""
+        turn = str(getattr(scope, self.turn_from) or "") if self.turn_from else ""
         for fact in parsed.facts:
-            if fact.score < threshold:
-                report["dropped"].append({"fact": fact.fact, "score": fact.score, "why": f"score < {threshold}"})
+            if fact.score < self.threshold:
+                report["dropped"].append({"fact": fact.fact, "score": fact.score, "why": f"score < {self.threshold}"})
                 continue
-            rule = reads_as_instruction(fact.fact) if content_filter else None
+            rule = reads_as_instruction(fact.fact) if self.content_filter else None
             if rule:
                 report["rejected"].append({"fact": fact.fact, "score": fact.score,
                                            "why": f"reads as an instruction ({rule})"})
@@ -154,29 +180,50 @@ def extract_memories(model: Union[ChatModel, str] = "extractor", *, threshold: f
             # an update of a stored attribute is never its near duplicate ("diet is vegan" vs "... vegetarian")
             old = fact.supersedes if fact.supersedes in known_ids else _same_attribute(live, fact.fact)
             duplicate = by_norm.get(_norm(fact.fact)) or (
-                None if old is not None else _near(store, subject, fact.fact, near_duplicate))
+                None if old is not None else _near(store, subject, fact.fact, self.near_duplicate))
             if duplicate is not None:
                 report["duplicates"].append({"fact": fact.fact, "memory_id": duplicate.memory_id})
                 continue
-            record = store.memory.remember(subject, fact.fact, tags=list(tags) + fact.tags,
-                                           confidence=round(fact.score * 100, 1), source_run_id=ctx.run_id,
-                                           source_step=ctx.step, source_ref=turn or None, run_id=ctx.run_id)
-            entry = {"memory_id": record.memory_id, "text": record.text, "score": fact.score,
-                     "confidence": record.confidence, "tags": list(record.tags), "supersedes": None}
-            if old is not None:
-                store.memory.supersede(old, record.memory_id, run_id=ctx.run_id,
-                                       reason=f"updated by turn {turn or ctx.run_id}")
-                entry["supersedes"] = old
+            record = self.remember(ctx, fact, old, turn, report)
             by_norm[_norm(record.text)] = record
-            report["stored"].append(entry)
-            ctx.span("update_memory", attributes={"gen_ai.operation.name": "update_memory",
-                                                  "tracemem.memory.id": record.memory_id,
-                                                  "tracemem.memory.supersedes": old or ""})
         ctx.log(f"extract_memories: stored {len(report['stored'])}, dropped {len(report['dropped'])}, "
                 f"rejected {len(report['rejected'])}, duplicates {len(report['duplicates'])}")
 
-    extract.__name__ = extract.__qualname__ = "extract_memories"
-    return extract
+    def ask(self, ctx: StageContext, chat: ChatModel, question: str, answer: str,
+            known: Iterable[Any]) -> ExtractedFacts:
+        """The model's facts for the turn, told the subject's related stored facts by id; a reply that is not
+        JSON or does not match the schema raises a TracememError saying which."""
+        known_text = "\n".join(f"- {r.memory_id}: {r.text}" for r in known) or "(none)"
+        messages = [Message(role="system", content=EXTRACTION_PROMPT + "\nKnown facts:\n" + known_text),
+                    Message(role="user", content=f"User: {question}\nAssistant: {answer}")]
+        reply = ctx.complete(chat, messages, schema=EXTRACTION_SCHEMA)  # recorded as a model_calls row
+        try:
+            return ExtractedFacts.model_validate(json.loads(reply.text))
+        except json.JSONDecodeError as err:
+            raise TracememError(f"extraction model replied with invalid JSON ({err.msg}): {reply.text[:120]!r}") from None
+        except ValidationError as err:
+            raise TracememError(f"extraction reply does not match the schema: {err.errors()[0]['msg']} "
+                                f"at {err.errors()[0]['loc']}") from None
+
+    def remember(self, ctx: StageContext, fact: ExtractedFact, old: Optional[str], turn: str,
+                 report: dict[str, Any]) -> Any:
+        """Store one fact with its provenance (run, step, turn), superseding `old` when it updates it; report it
+        and mark it with an OpenTelemetry span."""
+        store, subject = ctx.store, ctx.subject
+        record = store.memory.remember(subject, fact.fact, tags=list(self.tags) + fact.tags,
+                                       confidence=round(fact.score * 100, 1), source_run_id=ctx.run_id,
+                                       source_step=ctx.step, source_ref=turn or None, run_id=ctx.run_id)
+        entry = {"memory_id": record.memory_id, "text": record.text, "score": fact.score,
+                 "confidence": record.confidence, "tags": list(record.tags), "supersedes": None}
+        if old is not None:
+            store.memory.supersede(old, record.memory_id, run_id=ctx.run_id,
+                                   reason=f"updated by turn {turn or ctx.run_id}")
+            entry["supersedes"] = old
+        report["stored"].append(entry)
+        ctx.span("update_memory", attributes={"gen_ai.operation.name": "update_memory",
+                                              "tracemem.memory.id": record.memory_id,
+                                              "tracemem.memory.supersedes": old or ""})
+        return record
 
 
 def _degraded(ctx: StageContext, err: BaseException, error: str) -> dict[str, Any]:
