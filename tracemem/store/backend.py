@@ -55,6 +55,7 @@ class Backend(Protocol):
     memory_sql: Any  # what Memory runs its bulk SQL with (memory/sql.py or pg/memory_sql.py)
     shared: bool  # other processes write the same store at the same time
     run_log: Any  # a DuckDB file's run journal (store/run_log.py); None: journal rows in the database
+    journal_runs: bool  # every run is committed as a journal row before flow.run returns (no run journal here)
 
     def cursor(self) -> Any: ...
 
@@ -67,6 +68,8 @@ class Backend(Protocol):
     def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary (store/retry.py)
 
     def reset_writer(self) -> None: ...  # the writer's connection made sound again after a failed write
+
+    def reset_journal(self) -> None: ...  # the same, for the connection journal rows are written on
 
     def insert_beside(self, batch: Batch) -> bool: ...  # on a second connection; False: there is none
 

@@ -51,6 +51,7 @@ class DuckBackend:
 
     kind = "duckdb"
     shared = False
+    journal_runs = False  # a file's run journal makes runs durable (store/run_log.py); `:memory:` cannot be
     memory_sql = memory_sql
 
     def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
@@ -179,8 +180,13 @@ class DuckBackend:
         return True
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        self.writer_con.execute(  # type: ignore[union-attr]
-            "INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
+        with self.write_lock:  # (on the writer's connection: `:memory:`, whose journal rows are its only journal)
+            self.writer_con.execute(  # type: ignore[union-attr]
+                "INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
+
+    def reset_journal(self) -> None:
+        with self.write_lock:
+            self.reset_writer()
 
     def follow_snapshots(self) -> None:
         return None  # this process is the file's only writer: the index learns of new rows as it writes them

@@ -18,6 +18,7 @@ from ..record import Decision, Read, Step, Write
 from ..run import Run
 from ..text import clip
 from .batch import GIVEN, Batch, Mark, end_facts, padded_run_row, rows_since, run_row
+from .log_codec import as_text
 
 
 def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
@@ -29,7 +30,7 @@ def _content(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Writ
 
 def step_entry(step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
                rows: list[tuple[str, dict[str, Any]]]) -> str:
-    return json.dumps(_content([step], reads, writes, [decision] if decision else [], rows), default=str)
+    return json.dumps(_content([step], reads, writes, [decision] if decision else [], rows), default=as_text)
 
 
 def end_entry(run: Run) -> str:
@@ -40,12 +41,12 @@ def part_entry(run: Run, start: Mark) -> str:
     """The record a resumed run added since `start` (what it already had in the tables), as one entry."""
     steps, reads, writes, decisions, rows = start
     return json.dumps(_content(run.raw_steps[steps:], run.raw_reads[reads:], run.raw_writes[writes:],
-                               run.decisions[decisions:], rows_since(run, rows)), default=str)
+                               run.decisions[decisions:], rows_since(run, rows)), default=as_text)
 
 
 def run_entry(run: Run, lease: Optional[str] = None) -> str:
     return json.dumps({"run": list(run_row(run, lease)), **_content(run.raw_steps, run.raw_reads, run.raw_writes,
-                                                                  run.decisions, rows_since(run))}, default=str)
+                                                                  run.decisions, rows_since(run))}, default=as_text)
 
 
 def replay(entries: Iterable[tuple[str, int, str, str]]) -> tuple[Batch, dict[str, Optional[dict[str, Any]]]]:

@@ -89,7 +89,7 @@ def _orjson_dumps() -> Optional[Callable[[Any], bytes]]:
     return fast
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     """A value as the store writes it (`str`), or what it is when even that fails: never raises."""
     try:
         return str(value)
@@ -116,7 +116,7 @@ def _as_stored(table: str, row: dict[str, Any]) -> dict[str, Any]:
 def _stored_text(value: Any) -> Any:
     try:
         return json_text(value)
-    except Exception:  # noqa: BLE001 - a value whose __str__ raises: left to `_text`, which says so
+    except Exception:  # noqa: BLE001 - a value whose __str__ raises: left to `as_text`, which says so
         return value
 
 
@@ -131,7 +131,7 @@ def _free_json(decisions: Sequence[Decision], rows: Sequence[tuple[str, dict[str
     kept_rows = [(t, _as_stored(t, r)) for t, r in rows if not t.startswith("_")]
     if kept_rows:
         free["rows"] = kept_rows
-    return json.dumps(free, default=_text, separators=(",", ":")).encode() if free else None
+    return json.dumps(free, default=as_text, separators=(",", ":")).encode() if free else None
 
 
 class LogCodec:

@@ -55,14 +55,14 @@ class StoreSink:
         elif runlog is not None:  # a resumed run: on disk before flow.resume returns
             writer.logged(run, runlog.part, writer.progress[run.run_id].written or run.resumed_from)
             writer.logged(run, runlog.end)
-        elif writer.flush_interval <= 0 and resumed:  # on disk before flow.resume returns
+        elif writer.journal_each_run and resumed:  # on disk before flow.resume returns
             progress = writer.progress[run.run_id]
             start = progress.written or run.resumed_from
             first = run.raw_steps[start[0]][0] if len(run.raw_steps) > start[0] else 0
             writer.journal(run.run_id, first, "step", part_entry(run, start))
             writer.journal(run.run_id, 2**31 - 1, "end", end_entry(run))
             progress.journal = "stage"
-        elif writer.flush_interval <= 0:  # flow.run returns once its run is on disk
+        elif writer.journal_each_run:  # flow.run returns once its run is on disk
             writer.journal(run.run_id, 0, "run", run_entry(run, writer.lease))
             writer.progress[run.run_id] = Progress(journal="run")
         self._queue(run, entries)

@@ -11,11 +11,10 @@ thread runs at a lower CPU priority than the flows (store/background_priority.py
 On a DuckDB file, what reaches the tables of a run's records comes from the journal
 entries that made them durable, which DuckDB folds in off the GIL (store/entry_fold.py);
 while the writer writes, the interpreter switches threads every 0.5 ms (store/switching.py).
-On a DuckDB file it is first appended to the run journal (store/run_log.py), so a
-process crash loses no run `flow.run` returned; elsewhere (`:memory:`, PostgreSQL) a
-crash loses at most the runs still queued, never half a run. The queue is bounded
-(`flow.run` waits for room). `flush_interval=0` journals each run before `flow.run`
-returns there too (a `step_journal` row).
+On a DuckDB file it is first appended to the run journal (store/run_log.py), and on
+PostgreSQL committed as a `step_journal` row (`journal_each_run`), so a process crash loses
+no run `flow.run` returned; on `:memory:` a crash loses everything anyway (`flush_interval=0`
+journals there too). The queue is bounded (`flow.run` waits for room).
 Durability "stage": each finished stage is journaled before the next starts (the run
 journal on a file; `step_journal` rows elsewhere, after the runs row is written when
 the run starts); reopening after a crash replays the journal and marks such a run
@@ -69,7 +68,10 @@ class Writer:
         self.runlog = backend.run_log  # a DuckDB file's run journal (store/run_log.py), else None
         self.lock = backend.write_lock
         self.path = path
-        self.flush_interval = flush_interval  # 0: each run is journaled before flow.run returns
+        self.flush_interval = flush_interval  # seconds a finished run may wait for its batch
+        # each run is committed as a step_journal row before flow.run returns (PostgreSQL, a file-less
+        # store with flush_interval=0); a DuckDB file's run journal does that job there (`runlog`)
+        self.journal_each_run = self.runlog is None and (backend.journal_runs or flush_interval <= 0)
         self.snapshot_embedder = snapshot_embedder
         self.on_embeddings = on_embeddings  # told about new run embeddings once they are in the tables
         self.on_end = on_end  # told about each run as it ends (the store keeps its state for resume=<run id>)
@@ -143,17 +145,16 @@ class Writer:
         return [run for run in runs if run.run_id not in done]
 
     def write_durably(self, what: str, batch: Optional[Batch], journal: Optional[list[Any]] = None) -> None:
-        """Write a batch (or one journal row) now, again after a momentary failure; a failure of the file (or
-        a momentary one that lasts) stops the store."""
+        """Write a batch (or one journal row, on the backend's own terms: PostgreSQL's has a connection of its
+        own, so it never waits behind a batch) now, again after a momentary failure; a failure of the file (or a
+        momentary one that lasts) stops the store."""
         self.check()
         try:
             if batch is not None:
                 self.write_now(batch)
             else:
-                def attempt(n: int) -> None:
-                    with self.lock:
-                        self.backend.journal(*journal)
-                patiently(attempt, self.backend.transient, self._reset)
+                patiently(lambda n: self.backend.journal(*journal), self.backend.transient,
+                          self.backend.reset_journal)
         except Exception as err:
             if file_failure(err) is None:
                 raise

@@ -40,6 +40,7 @@ class PgBackend:
 
     kind = "postgres"
     shared = True
+    journal_runs = True  # every run is committed as a step_journal row before flow.run returns (bench/pg_durability.py)
     run_log = None  # durable progress is step_journal rows: any worker can recover a dead one's runs
     snapshot_of: Optional[str] = None
     snapshot_note = ""
@@ -52,6 +53,7 @@ class PgBackend:
         self.lease = lease
         self.con = PgConnection(self.target, "store", keepalive=lease_seconds)
         self.writer: Optional[PgConnection] = None
+        self.journaler: Optional[PgConnection] = None  # journal rows, so flow.run never waits behind a batch
         self._user: Optional[PgConnection] = None
         self._user_lock = threading.Lock()
         self.reaper: Optional[Reaper] = None
@@ -71,6 +73,7 @@ class PgBackend:
                 hold(self.con, lease)  # this opening's lease: released by the server when the session ends
                 self.writer = PgConnection(self.target, "writer")
                 self.writer.register_vector()
+                self.journaler = PgConnection(self.target, "journal")
                 self.interrupted = reap(self.writer, lease, log)
                 self.reaper = Reaper(self.writer, lease, lease_seconds / 2, log)
         except BaseException:
@@ -125,8 +128,16 @@ class PgBackend:
                 writer.reopen()
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        self._writer().execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
-                               [run_id, step, kind, payload.replace("\x00", "\ufffd"), self.lease])
+        """One step_journal row, committed on the journal's own connection (`payload`: JSON, NULs escaped)."""
+        if self.journaler is None:
+            raise TracememError(f"{self.label} is open read-only; open Store('{self.label}') to record runs")
+        self.journaler.execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
+                               [run_id, step, kind, payload, self.lease])
+
+    def reset_journal(self) -> None:
+        """After a failed journal row: a new session if the server or network dropped the journal's."""
+        if self.journaler is not None and self.journaler.broken:
+            self.journaler.reopen()
 
     def follow_snapshots(self) -> Callable[[str, str, int], tuple[int, list[tuple]]]:
         def follow(pipeline: str, embedder_id: str, after: int) -> tuple[int, list[tuple]]:
@@ -243,7 +254,7 @@ class PgBackend:
     def close(self) -> None:
         if self.reaper is not None:
             self.reaper.stop()
-        for con in (self._user, self.writer, self.con):
+        for con in (self._user, self.journaler, self.writer, self.con):
             if con is not None:
                 try:
                     con.close()
