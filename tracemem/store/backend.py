@@ -69,8 +69,6 @@ class Backend(Protocol):
 
     def reset_writer(self) -> None: ...  # the writer's connection made sound again after a failed write
 
-    def reset_journal(self) -> None: ...  # the same, for the connection journal rows are written on
-
     def insert_beside(self, batch: Batch) -> bool: ...  # on a second connection; False: there is none
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None: ...

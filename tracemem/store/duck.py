@@ -184,10 +184,6 @@ class DuckBackend:
             self.writer_con.execute(  # type: ignore[union-attr]
                 "INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
 
-    def reset_journal(self) -> None:
-        with self.write_lock:
-            self.reset_writer()
-
     def follow_snapshots(self) -> None:
         return None  # this process is the file's only writer: the index learns of new rows as it writes them
 

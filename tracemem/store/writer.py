@@ -153,8 +153,7 @@ class Writer:
             if batch is not None:
                 self.write_now(batch)
             else:
-                patiently(lambda n: self.backend.journal(*journal), self.backend.transient,
-                          self.backend.reset_journal)
+                patiently(lambda n: self.backend.journal(*journal), self.backend.transient, self._reset)
         except Exception as err:
             if file_failure(err) is None:
                 raise

@@ -128,16 +128,14 @@ class PgBackend:
                 writer.reopen()
 
     def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        """One step_journal row, committed on the journal's own connection (`payload`: JSON, NULs escaped)."""
+        """One step_journal row, committed on the journal's own connection (`payload`: JSON, NULs escaped), in a
+        new session if the server or network dropped the last one."""
         if self.journaler is None:
             raise TracememError(f"{self.label} is open read-only; open Store('{self.label}') to record runs")
+        if self.journaler.broken:
+            self.journaler.reopen()
         self.journaler.execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
                                [run_id, step, kind, payload, self.lease])
-
-    def reset_journal(self) -> None:
-        """After a failed journal row: a new session if the server or network dropped the journal's."""
-        if self.journaler is not None and self.journaler.broken:
-            self.journaler.reopen()
 
     def follow_snapshots(self) -> Callable[[str, str, int], tuple[int, list[tuple]]]:
         def follow(pipeline: str, embedder_id: str, after: int) -> tuple[int, list[tuple]]:
