@@ -327,11 +327,15 @@ def test_backtrack_names_the_bad_memory_and_where_it_was_learned(web, demo):
     r = web.get(f"/runs/{demo['wrong']}/backtrack")
     assert r.status_code == 200
     page = r.text
-    assert 'class="graph trace-graph"' in page
+    causes = page[page.index('id="why"'):page.index('id="trace-graph"')]  # the "why" list comes first
+    assert f'data-node="m:{demo["memory"]}"' in causes and f'turn <strong class="turn">{demo["turn"]}</strong>' in causes
+    assert 'class="graph trace-graph why-graph"' in page and 'id="full-graph"' in page
     assert f'data-node="m:{demo["memory"]}"' in page and "flagged" in page
     memories = page[page.index('id="trace-memories"'):]
     assert demo["memory"] in memories and f"run {demo['learned_run'][:8]} step 7" in memories
     assert f'turn <strong class="turn">{demo["turn"]}</strong>' in memories
+    page = web.get(f"/runs/{demo['wrong']}/backtrack?path=answer&full=1").text  # the whole graph, one click away
+    assert 'class="graph trace-graph"' in page and 'id="folded-graph"' in page
     assert "other-run" in page  # nodes recorded in the run the memory was learned in
     assert f'href="/runs/{demo["learned_run"]}?at=7#step-7"' in page  # the extracting step, linked
     assert 'id="explain"' in page and "answer = Yes: your refund window is 365 days" in page
@@ -340,7 +344,9 @@ def test_backtrack_names_the_bad_memory_and_where_it_was_learned(web, demo):
 
 def test_backtrack_only_focus_any_path_and_missing(web, demo):
     base = f"/runs/{demo['wrong']}/backtrack"
-    full = web.get(base).text
+    full = web.get(f"{base}?full=1").text
+    folded = web.get(base).text
+    assert folded.count("<g class=") < full.count("<g class=")
     narrowed = web.get(f"{base}?only=memory").text
     assert narrowed.count("<g class=") < full.count("<g class=") and f"m:{demo['memory']}" in narrowed
     focus = web.get(f"{base}?path=answer&focus=m:{demo['memory']}").text

@@ -91,10 +91,14 @@ def test_the_demo_story_in_a_browser(demo, artifacts):
         table = wait_for(lambda: browser.find_element(By.ID, "trace-memories"), what="the backtrack page")
         assert demo["memory"] in table.text
         assert f"run {demo['learned'][:8]} step 7, turn {demo['turn']}" in table.text
-        assert browser.find_element(By.CSS_SELECTOR, f'svg.trace-graph g[data-node="m:{demo["memory"]}"]')
-        assert browser.find_elements(By.CSS_SELECTOR, "svg.trace-graph g.other-run")
-        assert "answer = Yes: your refund window is 365 days" in browser.find_element(By.ID, "explain").text
+        assert browser.find_element(By.CSS_SELECTOR, f'svg.why-graph g[data-node="m:{demo["memory"]}"]')
+        assert browser.find_element(By.CSS_SELECTOR, f'#why tr[data-node="m:{demo["memory"]}"]')
         shot("3-backtrack")
+        browser.find_element(By.ID, "full-graph").click()  # the whole graph, one click away
+        assert wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "svg.trace-graph g.other-run"),
+                        what="the full graph")
+        assert "answer = Yes: your refund window is 365 days" in browser.find_element(By.ID, "explain").text
+        shot("3b-backtrack-full")
         link = next(a for a in browser.find_elements(By.CSS_SELECTOR, "#trace-memories a.memory-link")
                     if a.text == demo["memory"])
         link.click()

@@ -131,7 +131,7 @@ def _memory(g: nx.DiGraph, node: str) -> Cause:
     flag = f" ({state})" if state not in ("fresh", None) else ""
     label = f"memory {d['memory_id']} {clip(text, 60)!r}{flag}"
     return Cause("memory", node, label, text, [], False, learned=_learned(g, node),
-                 cut={"memory_id": d["memory_id"]})
+                 cut={"memory_id": d["memory_id"], "state": state})
 
 
 def _tool(d: dict[str, Any], node: str) -> Cause:

@@ -72,6 +72,14 @@ class Why:
         out.append(self.basis)
         return out
 
+    def via(self, cause: Cause) -> str:
+        """A cause's path to the value, folded: the model calls, tools and prompt lines on it."""
+        return _via(self.trace.graph, cause)
+
+    def learned(self, cause: Cause) -> str:
+        """Where a memory was learned (run, turn, the user's words), or ""."""
+        return _learned(cause).removeprefix(" · ")
+
     def to_json(self) -> dict[str, Any]:
         """The answer as a JSON-able dict (each cause with its path as node ids)."""
         return {"run_id": self.run_id, "path": self.path, "value": self.value, "basis": self.basis,

@@ -1,6 +1,9 @@
-"""The backtrack page: pick a path, see its causal graph, the `explain()` text beside it, the memories
-it reached (with the run and turn each was learned in), and the influence ranking, labelled as
-the correlational measure it is. `backtrack.json` is `trace.to_json()` for tools.
+"""The backtrack page: pick a path and see why it is what it is — the "why" list first (its sources,
+ranked, each with its folded path), then the folded causal graph (the value, the answering model
+call, the top sources; "+" on a box draws what lies behind it, node by node), the memories it
+reached (with the run and turn each was learned in), and the influence ranking, labelled as the
+correlational measure it is. `full=1` (or narrowing with only/focus) draws the whole graph beside
+`explain()`. `backtrack.json` is `trace.to_json()` for tools.
 """
 from __future__ import annotations
 
@@ -10,11 +13,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from urllib.parse import urlencode
+
 from ..cli.render import to_json
 from ..errors import UsageError
+from ..trace import why
 from .run_page import canonical, default_path
 from .run_view import written_paths
-from .trace_view import memory_sources, trace_svg
+from .trace_view import folded_svg, memory_sources, trace_svg
 from .web import render, run_url, source
 
 __all__ = ["DEPTH", "NODES", "ONLY_KINDS", "ROUTES"]
@@ -51,19 +57,30 @@ def backtrack_page(request: Request) -> Response:
     focus = (request.query_params.get("focus") or "").strip() or None
     if only is not None and only not in ONLY_KINDS:
         raise UsageError(f"only must be one of {', '.join(ONLY_KINDS)}, got {only!r}")
+    full = request.query_params.get("full") == "1" or bool(only or focus)
     with source(request).reading() as store:
         run_id, redirect = canonical(request, store)
         if redirect:
             return redirect
         run, trace, paths, path = _trace(request, store, run_id)
-        shown = trace.narrowed(only=only, focus=focus) if (only or focus) and not trace.missing else trace
-        graph, hidden = trace_svg(shown, run_url)
-        context = dict(run=run, trace=trace, paths=paths, path=path, only=only or "",
-                       focus=focus or "", kinds=ONLY_KINDS, graph=graph, hidden=hidden,
+        answer = why(trace)
+        context = dict(run=run, trace=trace, paths=paths, path=path, only=only or "", full=full,
+                       focus=focus or "", kinds=ONLY_KINDS, answer=answer, hidden=0,
                        explain=trace.explain(max_lines=200, only=only, focus=focus),
                        memories=memory_sources(trace), influence=trace.influence() if not trace.missing else [],
-                       reached=trace.runs(), nodes=trace.graph.number_of_nodes(), shown=shown.graph.number_of_nodes(),
+                       reached=trace.runs(), nodes=trace.graph.number_of_nodes(),
                        deeper=_bound(request, "depth", DEPTH, 100_000) * 8)
+        if full:
+            shown = trace.narrowed(only=only, focus=focus) if (only or focus) and not trace.missing else trace
+            context["graph"], context["hidden"] = trace_svg(shown, run_url)
+            context["shown"] = shown.graph.number_of_nodes()
+        else:
+            opened = [n for n in request.query_params.getlist("open") if n in trace.graph]
+
+            def expand(nodes: list[str]) -> str:
+                return "?" + urlencode([("path", path)] + [("open", n) for n in nodes]) + "#trace-graph"
+            context["graph"], context["shown"] = folded_svg(answer, opened, run_url, expand)
+            context["opened"] = opened
     return render(request, "backtrack.html", **context)
 
 

@@ -33,6 +33,7 @@ class Node:
     classes: str = ""
     href: Optional[str] = None
     tooltip: str = ""
+    expand: Optional[str] = None  # a link drawn as "+" on the box: show what lies behind the node
     x: float = 0.0
     y: float = 0.0
 
@@ -135,11 +136,23 @@ def svg(lay: Layout, *, css_class: str = "graph", label: str = "graph") -> str:
             out.append(f'<text class="edge-label" x="{lx:.1f}" y="{ly - 3:.1f}" text-anchor="middle">'
                        f'{escape(clip(text, 28))}</text>')
     for n in lay.nodes.values():
-        box = (f'<g class="node {escape(n.classes)}" data-node="{escape(n.id)}">'
-               f'<title>{escape(n.tooltip or n.title)}</title>'
-               f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
-               f'<text x="{n.x + 8:.1f}" y="{n.y + 18:.1f}" class="t1">{escape(clip(n.title, 31))}</text>'
-               f'<text x="{n.x + 8:.1f}" y="{n.y + 35:.1f}" class="t2">{escape(clip(n.subtitle, 35))}</text></g>')
-        out.append(f'<a href="{escape(n.href)}">{box}</a>' if n.href else box)
+        out.append(_box(n))
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _box(n: Node) -> str:
+    """One node: its box (a link, when it has one) and, when it can be opened, a "+" linking to that."""
+    inner = (f'<title>{escape(n.tooltip or n.title)}</title>'
+             f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
+             f'<text x="{n.x + 8:.1f}" y="{n.y + 18:.1f}" class="t1">{escape(clip(n.title, 31 if not n.expand else 25))}</text>'
+             f'<text x="{n.x + 8:.1f}" y="{n.y + 35:.1f}" class="t2">{escape(clip(n.subtitle, 35))}</text>')
+    head = f'<g class="node {escape(n.classes)}" data-node="{escape(n.id)}">'
+    if not n.expand:
+        box = head + inner + "</g>"
+        return f'<a href="{escape(n.href)}">{box}</a>' if n.href else box
+    body = f'<a href="{escape(n.href)}">{inner}</a>' if n.href else inner
+    cx, cy = n.x + BOX_W - 11, n.y + 11
+    return (f'{head}{body}<a class="expand" href="{escape(n.expand)}"><title>show what lies behind it</title>'
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="8"/><text x="{cx:.1f}" y="{cy + 4:.1f}" '
+            f'text-anchor="middle">+</text></a></g>')
