@@ -43,7 +43,6 @@ FACADES = {"tracemem/store/store.py:Store", "tracemem/memory/api.py:Memory", "tr
 NOT_YET = {
     # functions (lines)
     "tracemem/memory/search.py:rank_shard": 75,
-    "tracemem/store/retention.py:prune": 72,
     "tracemem/flow/resume.py:resume_execution": 70,
     "tracemem/trace/trace.py:describe": 66,
     # classes (methods)

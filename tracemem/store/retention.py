@@ -110,7 +110,29 @@ def protected(con: Any) -> dict[str, str]:
 def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int], dry_run: bool,
           force: bool = False, progress: Optional[Callable[[int, int], None]] = None,
           rebuild_indexes: bool = True) -> PruneReport:
+    """Remove the runs past the limits (every subflow run with its root) in one transaction, keeping those
+    kept runs cite and those waiting to be continued unless `force`; with `dry_run`, count instead."""
     cut = check_limits(older_than, keep_last)
+    mark_candidates(con, cut, keep_last)
+    report = PruneReport(dry_run=dry_run)
+    hold_back(con, report, force)
+    report.runs = [r[0] for r in con.execute("SELECT run_id FROM _prune_tree ORDER BY run_id").fetchall()]
+    if not report.runs:
+        return report
+    rebuild = [] if dry_run or not rebuild_indexes else indexes_to_rebuild(con, len(report.runs))
+    for name, _ in rebuild:
+        con.execute(f'DROP INDEX "{name}"')
+    try:
+        remove_runs(con, report, progress)
+    finally:
+        for _, sql in rebuild:
+            con.execute(sql)
+    return report
+
+
+def mark_candidates(con: Any, cut: Optional[datetime], keep_last: Optional[int]) -> None:
+    """The runs past the limits in `_prune_roots` (top-level runs only) and in `_prune_tree` each of them with
+    every descendant run (subflows), tagged by its root."""
     # DROP then CREATE (not CREATE OR REPLACE), an aliased subquery: the same SQL runs on PostgreSQL
     con.execute("DROP TABLE IF EXISTS _prune_roots")
     con.execute("""CREATE TEMP TABLE _prune_roots AS
@@ -118,41 +140,50 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
                             FROM runs WHERE parent_run_id IS NULL) ranked
         WHERE ($cut::TIMESTAMP IS NULL OR (started_at IS NOT NULL AND started_at < $cut::TIMESTAMP))
           AND ($keep::BIGINT IS NULL OR position >= $keep::BIGINT)""", {"cut": cut, "keep": None if keep_last is None else int(keep_last)})
-    # each candidate with every descendant run (subflows), tagged by its root
     con.execute("DROP TABLE IF EXISTS _prune_tree")
     con.execute("""CREATE TEMP TABLE _prune_tree AS
         WITH RECURSIVE tree(root, run_id) AS (
             SELECT run_id, run_id FROM _prune_roots
             UNION ALL SELECT tree.root, r.run_id FROM runs r JOIN tree ON r.parent_run_id = tree.run_id)
         SELECT * FROM tree""")
-    report = PruneReport(dry_run=dry_run)
+
+
+def hold_back(con: Any, report: PruneReport, force: bool) -> None:
+    """Take out of `_prune_tree` the candidates that must stay, noting why in `report`: evidence a kept run
+    cites, and a run waiting for a person (paused) or one a crash left to be continued (interrupted), which
+    is work in flight, not history (counterfactual runs never wait for anyone). With `force` they go too, the
+    evidence among them listed as forced."""
     evidence = protected(con)
-    # a run waiting for a person (paused), or one a crash left to be continued (interrupted), is work in
-    # flight, not history: kept unless force=True (counterfactual runs never wait for anyone)
-    in_flight = [] if force else [r[0] for r in con.execute(
-        "SELECT r.run_id FROM runs r JOIN _prune_roots p ON p.run_id = r.run_id "
-        "WHERE r.status IN ('paused', 'interrupted') AND r.counterfactual IS NULL").fetchall()]
     if force:
         report.forced = sorted(evidence)
-    else:
-        report.kept_why = dict(sorted({**evidence, **{r: IN_FLIGHT for r in in_flight}}.items()))
-        report.kept_cited = sorted(evidence)
-        con.execute("DELETE FROM _prune_tree WHERE root IN (SELECT unnest(?::VARCHAR[]))", [list(report.kept_why)])
-    report.runs = [r[0] for r in con.execute("SELECT run_id FROM _prune_tree ORDER BY run_id").fetchall()]
-    if not report.runs:
-        return report
+        return
+    in_flight = [r[0] for r in con.execute(
+        "SELECT r.run_id FROM runs r JOIN _prune_roots p ON p.run_id = r.run_id "
+        "WHERE r.status IN ('paused', 'interrupted') AND r.counterfactual IS NULL").fetchall()]
+    report.kept_why = dict(sorted({**evidence, **{r: IN_FLIGHT for r in in_flight}}.items()))
+    report.kept_cited = sorted(evidence)
+    con.execute("DELETE FROM _prune_tree WHERE root IN (SELECT unnest(?::VARCHAR[]))", [list(report.kept_why)])
+
+
+def indexes_to_rebuild(con: Any, removed: int) -> list[tuple[str, str]]:
+    """The run tables' indexes (name, SQL) to drop before removing `removed` runs and build again after.
+
+    DuckDB removes each deleted row from every index when the delete commits (~4 µs a row): when most of
+    the store goes, dropping the indexes first and building them again over what is left is several times
+    faster (they are rebuilt in `prune`'s `finally`, and on the next open if the process dies between).
+    PostgreSQL (`rebuild_indexes=False`) keeps its indexes in step itself."""
+    if removed * 4 < first_row(con.execute("SELECT count(*) FROM runs"))[0]:
+        return []
+    return con.execute("SELECT index_name, sql FROM duckdb_indexes() WHERE database_name = current_database() "
+                       "AND table_name IN (SELECT unnest(?::VARCHAR[]))", [list(RUN_TABLES)]).fetchall()
+
+
+def remove_runs(con: Any, report: PruneReport, progress: Optional[Callable[[int, int], None]]) -> None:
+    """Delete every row of the runs left in `_prune_tree` (count them, for a dry run), sweep the content no
+    remaining call names, and leave a tombstone per removed run, all in one transaction."""
+    dry_run = report.dry_run
     in_tree = "run_id IN (SELECT run_id FROM _prune_tree)"
     sections = f"prompt_id IN (SELECT prompt_id FROM prompts WHERE {in_tree})"
-    # DuckDB removes each deleted row from every index when the delete commits (~4 µs a row): when most of
-    # the store goes, dropping the run tables' indexes first and building them again over what is left is
-    # several times faster (they are rebuilt in `finally`, and on the next open if the process dies between)
-    # (PostgreSQL, `rebuild_indexes=False`, keeps its indexes in step itself)
-    rebuild = [] if dry_run or not rebuild_indexes or \
-        len(report.runs) * 4 < first_row(con.execute("SELECT count(*) FROM runs"))[0] else \
-        con.execute("SELECT index_name, sql FROM duckdb_indexes() WHERE database_name = current_database() "
-                    "AND table_name IN (SELECT unnest(?::VARCHAR[]))", [list(RUN_TABLES)]).fetchall()
-    for name, _ in rebuild:
-        con.execute(f'DROP INDEX "{name}"')
     if not dry_run:
         con.execute("BEGIN TRANSACTION")
     try:
@@ -175,10 +206,6 @@ def prune(con: Any, *, older_than: Optional[datetime], keep_last: Optional[int],
         if not dry_run:
             con.execute("ROLLBACK")
         raise
-    finally:
-        for _, sql in rebuild:
-            con.execute(sql)
-    return report
 
 
 def pruned_at(con: Any, run_id: str) -> Optional[datetime]:
