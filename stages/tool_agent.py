@@ -86,8 +86,9 @@ def tool_agent(tools: Union[ToolSet, Iterable[Union[Tool, Callable[..., Any]]]],
 
 class ToolAgent:
     """The tool agent's stages as methods of one object holding what they share: the tools, the model
-    and the scope fields they read and write. `build` appends them to a pipeline; each method is one
-    stage (or one part of the tools stage), so each step of a run names the method that made it."""
+    and the scope fields they read and write. `build` appends them to a pipeline: think, route, approve,
+    run_tool (arun_tool for async tools) and final are stages, and a step is named after its method; the
+    other methods are parts of them."""
 
     def __init__(self, toolset: ToolSet, model: Union[ChatModel, str], *, tool_choice: ToolChoice,
                  max_calls_per_reply: int, messages_from: str, pending_from: str, into: str,
