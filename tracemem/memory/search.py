@@ -30,6 +30,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .context import neighbour_lift
 from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
 from .pruned import rank_literal, rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
@@ -213,8 +214,12 @@ def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, bool
 
 
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
-               min_similarity: float, recall: bool, floor: float, now: datetime, limit: int | None) -> Ranking:
-    """Score the shard's live rows, apply the recall filter to candidates, cut to `limit`."""
+               min_similarity: float, recall: bool, floor: float, now: datetime, limit: int | None,
+               context_weight: float = 0.0) -> Ranking:
+    """Score the shard's live rows, apply the recall filter to candidates, cut to `limit`.
+
+    `context_weight` lifts each candidate by its neighbours' scores (context.py); a shard ranked through
+    bounds (pruned.py) is ranked without it."""
     n = shard.n
     alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
@@ -276,6 +281,13 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
         assert sim is not None
         sim[cand_rows] = sims.sim
     score_c = fuse(lex_c)
+    if context_weight > 0 and len(cand_rows):
+        score_all = lex.astype(np.float64)  # every row's own fused score: what its neighbours are lifted by
+        score_all[cand_rows] = lex_c
+        if sims is not None and sim is not None:
+            best = lex_c.max()
+            score_all = lexical_weight * (score_all / best if best > 0 else score_all) + (1.0 - lexical_weight) * sim
+        score_c = score_c + neighbour_lift(score_all, alive, cand_rows, context_weight)
     out.score[cand_rows] = score_c
     out.lexical[cand_rows] = lex_c
     keep = cand_rows[eligible]

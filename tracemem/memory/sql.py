@@ -238,7 +238,7 @@ def load_live(con: duckdb.DuckDBPyConnection,
     where = "deleted_at IS NULL"
     if subjects is not None:
         where += " AND subject IN (SELECT unnest(?::VARCHAR[]))"
-    query = f"SELECT {_COLS}, embedding FROM memories WHERE {where} ORDER BY created_at, memory_id"
+    query = f"SELECT {_COLS}, embedding FROM memories WHERE {where} ORDER BY updated_at, rowid"  # in the order of writes, as the index adds rows
     params = [] if subjects is None else [list(subjects)]
     try:
         rel = con.sql(query, params=params) if params else con.sql(query)
