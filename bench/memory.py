@@ -5,12 +5,19 @@ Prints figures; asserts nothing. Usage:
     python bench/memory.py            # full: 10k/100k latency, all 10 LoCoMo conversations
     python bench/memory.py --quick    # small: 2k/10k latency, 2 conversations, no MiniLM
     python bench/memory.py --no-minilm --data PATH/locomo10.json
+    python bench/memory.py --no-scale # LoCoMo only
 
 LoCoMo (not shipped; see ../shared/data/README.md): every turn is stored as a
-memory `speaker: text` (subject = conversation id, source_ref = turn id); each
-question of categories 1-4 is a query; evidence recall@k is the share of the
-question's evidence turns found in the top k, averaged per category; the time
-per query includes embedding the query (MiniLM's share of it is most of it).
+memory `speaker: text` (subject = conversation id, source_ref = turn id), in
+the order of the conversation; each question of categories 1-4 is a query;
+evidence recall@k is the share of the question's evidence turns found in the
+top k, averaged per category. Settings are chosen on conversations 0-4 and
+reported on 5-9 separately (and on all ten). The time per query includes
+embedding the query (most of MiniLM's share). The candidates side by side:
+the default before and MiniLM before (numpy forward pass), MiniLM on ONNX
+Runtime with one thread, conversation context at three weights, and the new
+default; MiniLM's two runtimes give the same vectors, so the records are
+embedded once for both and only the queries' embedding differs.
 
 Inserts go into a DuckDB file (what users have), not an in-memory database;
 "open + first search" reopens that file and searches once.
@@ -39,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracemem.memory import HashingEmbedder, Memory, MiniLMEmbedder  # noqa: E402
+from tracemem.memory.context import CONTEXT_WEIGHT  # noqa: E402
 from tracemem.memory.errors import EmbedderUnavailableError  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
@@ -80,6 +88,10 @@ class Cached:
         if todo:
             self._memo.update(zip(todo, self.inner.embed(todo)))
         return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def share(self, other: "Cached") -> None:
+        """Use `other`'s record vectors (for two runtimes of one model: same vectors, embedded once)."""
+        self._memo = other._memo
 
 
 def fresh(embedder, path: str | None = None) -> Memory:
@@ -190,33 +202,93 @@ def vector_only(embedder, texts: list[str]) -> Callable[[str, int], list[int]]:
     return lambda q, k: list(np.argsort(-(mat @ embedder.embed([q])[0]), kind="stable")[:k])
 
 
-def memory_ranker(embedder, texts: list[str], ids: list[str], *, semantic: bool) -> Callable[[str, int], list[int]]:
-    mem = fresh(embedder)
+def memory_ranker(embedder, texts: list[str], ids: list[str], *, semantic: bool,
+                  context_weight: float = 0.0) -> Callable[[str, int], list[int]]:
+    """Ranks through a real `Memory` (remember_many, then search): what a user of the store gets."""
+    mem = Memory(duckdb.connect(":memory:"), threading.RLock(), embedder=embedder, context_weight=context_weight)
     recs = mem.remember_many({"subject": "conv", "text": t, "source_ref": i} for t, i in zip(texts, ids))
     pos = {r.memory_id: j for j, r in enumerate(recs)}
     return lambda q, k: [pos[r.memory_id] for r in mem.search("conv", q, semantic=semantic, limit=k).records]
 
 
+PARTS = (("conversations 0-4", range(0, 5)), ("conversations 5-9", range(5, 10)), ("all", range(0, 10)))
+
+
 def eval_locomo(convs, methods: dict[str, Callable]) -> dict[str, dict]:
+    """Per method: recall@5/@10 by (part, category) and ms per query (mean, p50), the query's embedding included."""
     results = {}
     for name, make in methods.items():
         hits: dict[tuple, list[float]] = defaultdict(list)
         times = []
-        for _, turns, qs in convs:
+        for ci, (_, turns, qs) in enumerate(convs):
             ids, texts = [i for i, _ in turns], [t for _, t in turns]
             rank = make(texts, ids)
+            parts = [p for p, convs_in in PARTS if ci in convs_in]
             for q, ev, cat in qs:
                 t0 = time.perf_counter()
                 top = [ids[j] for j in rank(q, 10)]
                 times.append(1000 * (time.perf_counter() - t0))
                 for k in (5, 10):
                     r = len(ev & set(top[:k])) / len(ev)
-                    hits[(cat, k)].append(r)
-                    hits[("all", k)].append(r)
-        results[name] = {key: sum(v) / len(v) for key, v in hits.items()} | {"ms": statistics.mean(times)}
-        row = results[name]
-        print(f"  {name:<34} @5 {row[('all', 5)]:.3f}  @10 {row[('all', 10)]:.3f}  {row['ms']:.2f} ms/query", flush=True)
+                    for part in parts:
+                        hits[(part, cat, k)].append(r)
+                        hits[(part, "all", k)].append(r)
+        row = {key: sum(v) / len(v) for key, v in hits.items()} | {"ms": statistics.mean(times),
+                                                                     "p50": statistics.median(times)}
+        results[name] = row
+        print(f"  {name:<44} @5 {row[('all', 'all', 5)]:.3f}  @10 {row[('all', 'all', 10)]:.3f}  {row['ms']:.2f} ms/query "
+              f"(p50 {row['p50']:.2f}) | 0-4 @10 {row.get(('conversations 0-4', 'all', 10), float('nan')):.3f}, "
+              f"5-9 @10 {row.get(('conversations 5-9', 'all', 10), float('nan')):.3f}", flush=True)
     return results
+
+
+def locomo_methods(quick: bool, no_minilm: bool) -> dict[str, Callable]:
+    """The candidates, side by side: today's two searches, the new default, and the parts they are made of."""
+    hashing = HashingEmbedder()
+    methods: dict[str, Callable] = {
+        "BM25 baseline (plain tokens)": lambda texts, ids: plain_bm25(texts),
+        "literal search (ours: BM25+PRF)": lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=False),
+        "hashing embedder, vector only": lambda texts, ids: vector_only(hashing, texts),
+        OLD_DEFAULT: lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True),
+        FALLBACK: lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT),
+    }
+    if quick or no_minilm:
+        return methods
+    try:
+        onnx = Cached(MiniLMEmbedder(runtime="onnx"))
+        numpy_pass = Cached(MiniLMEmbedder(runtime="numpy"))
+    except EmbedderUnavailableError as exc:
+        print(f"  (MiniLM skipped: {exc})")
+        return methods
+    numpy_pass.share(onnx)  # the two runtimes give the same vectors: the records are embedded once
+    methods["MiniLM, vector only"] = lambda texts, ids: vector_only(onnx, texts)
+    methods[OLD_MINILM] = lambda texts, ids: memory_ranker(numpy_pass, texts, ids, semantic=True)
+    methods["BM25 ⊕ MiniLM (ONNX Runtime, 1 thread)"] = lambda texts, ids: memory_ranker(onnx, texts, ids, semantic=True)
+    for w in (0.25, 0.75):
+        methods[f"BM25 ⊕ MiniLM + context {w}"] = (
+            lambda texts, ids, w=w: memory_ranker(onnx, texts, ids, semantic=True, context_weight=w))
+    methods[NEW_DEFAULT] = lambda texts, ids: memory_ranker(onnx, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT)
+    return methods
+
+
+OLD_DEFAULT = "default before (BM25 ⊕ hashing)"
+FALLBACK = f"fallback (BM25 ⊕ hashing + context {CONTEXT_WEIGHT})"
+OLD_MINILM = "MiniLM before (BM25 ⊕ MiniLM, numpy)"
+NEW_DEFAULT = f"new default (BM25 ⊕ MiniLM ONNX + context {CONTEXT_WEIGHT})"
+
+
+def print_locomo(locomo: dict[str, dict]) -> None:
+    head = " | ".join(f"c{c} {CATS[c]} @5 / @10" for c in CATS)
+    for part, _ in PARTS:
+        print(f"\n{part}\n")
+        print(f"| method | all @5 | all @10 | {head} | ms/query mean / p50 |")
+        print("|---|---:|---:|" + "---:|" * len(CATS) + "---:|")
+        for name, r in locomo.items():
+            if (part, "all", 10) not in r:
+                continue
+            cells = " | ".join(f"{r[(part, c, 5)]:.3f} / {r[(part, c, 10)]:.3f}" for c in CATS)
+            print(f"| {name} | {r[(part, 'all', 5)]:.3f} | {r[(part, 'all', 10)]:.3f} | {cells} "
+                  f"| {r['ms']:.2f} / {r['p50']:.2f} |")
 
 
 def main() -> None:
@@ -224,9 +296,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, 2 conversations, no MiniLM")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--no-minilm", action="store_true")
+    ap.add_argument("--no-scale", action="store_true", help="skip the latency and insert measures")
     args = ap.parse_args()
 
-    sizes = (2_000, 10_000) if args.quick else (10_000, 100_000)
+    sizes = () if args.no_scale else (2_000, 10_000) if args.quick else (10_000, 100_000)
     print("## search latency (top-10, one subject, dim 384) and insert throughput into a store file", flush=True)
     scale = []
     for n in sizes:
@@ -241,39 +314,20 @@ def main() -> None:
         convs = load_locomo(args.data, 2 if args.quick else None)
         nq = sum(len(q) for _, _, q in convs)
         print(f"\n## LoCoMo evidence recall ({len(convs)} conversations, {nq} questions, categories 1-4)", flush=True)
-        hashing = HashingEmbedder()
-        methods: dict[str, Callable] = {
-            "BM25 baseline (plain tokens)": lambda texts, ids: plain_bm25(texts),
-            "literal search (ours: BM25+PRF)": lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=False),
-            "hashing embedder, vector only": lambda texts, ids: vector_only(hashing, texts),
-            "default search (BM25 ⊕ hashing)": lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True),
-        }
-        if not (args.quick or args.no_minilm):
-            try:
-                minilm = Cached(MiniLMEmbedder())
-                methods["MiniLM, vector only"] = lambda texts, ids: vector_only(minilm, texts)
-                methods["search with MiniLM (BM25 ⊕ MiniLM)"] = (
-                    lambda texts, ids: memory_ranker(minilm, texts, ids, semantic=True))
-            except EmbedderUnavailableError as exc:
-                print(f"  (MiniLM skipped: {exc})")
+        methods = locomo_methods(args.quick, args.no_minilm)
         locomo = eval_locomo(convs, methods)
     else:
         print(f"\n(LoCoMo skipped: no data at {args.data})")
 
     print("\n## summary\n")
-    print("| records | vector top-10 p50 / p95 (ms) | search() p50 / p95 (ms) | recall=True p50 (ms) | bulk insert into a file /s | single insert /s |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for r in scale:
-        print(f"| {r['n']:,} | {r['vec_p50']:.2f} / {r['vec_p95']:.2f} | {r['search_p50']:.2f} / {r['search_p95']:.2f} "
-              f"| {r['recall_p50']:.2f} | {r['bulk_per_s']:,.0f} | {r['single_per_s']:,.0f} |")
+    if scale:
+        print("| records | vector top-10 p50 / p95 (ms) | search() p50 / p95 (ms) | recall=True p50 (ms) | bulk insert into a file /s | single insert /s |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for r in scale:
+            print(f"| {r['n']:,} | {r['vec_p50']:.2f} / {r['vec_p95']:.2f} | {r['search_p50']:.2f} / {r['search_p95']:.2f} "
+                  f"| {r['recall_p50']:.2f} | {r['bulk_per_s']:,.0f} | {r['single_per_s']:,.0f} |")
     if locomo:
-        print()
-        head = " | ".join(f"c{c} {CATS[c]} @5 / @10" for c in CATS)
-        print(f"| method | all @5 | all @10 | {head} | ms/query |")
-        print("|---|---:|---:|" + "---:|" * len(CATS) + "---:|")
-        for name, r in locomo.items():
-            cells = " | ".join(f"{r[(c, 5)]:.3f} / {r[(c, 10)]:.3f}" for c in CATS)
-            print(f"| {name} | {r[('all', 5)]:.3f} | {r[('all', 10)]:.3f} | {cells} | {r['ms']:.2f} |")
+        print_locomo(locomo)
 
 
 if __name__ == "__main__":
