@@ -171,8 +171,8 @@ def test_embedder_output_is_checked(con: duckdb.DuckDBPyConnection) -> None:
     assert con.execute("SELECT count(*) FROM memories").fetchone() == (0,)
 
 
-def test_embedder_id_or_dim_mismatch_with_the_store(mem: Memory, con: duckdb.DuckDBPyConnection) -> None:
-    mem.remember("u", "stored with the default embedder")
+def test_embedder_id_or_dim_mismatch_with_the_store(con: duckdb.DuckDBPyConnection) -> None:
+    Memory(con, embedder=HashingEmbedder()).remember("u", "stored with the hashing embedder")
     with pytest.raises(EmbedderMismatchError, match="not comparable"):
         Memory(con, embedder=HashingEmbedder(dim=128))
     with pytest.raises(EmbedderMismatchError, match="not comparable"):

@@ -30,7 +30,8 @@ class FailingEmbedder(HashingEmbedder):
 
 
 # -- modes and fallbacks --------------------------------------------------------------------
-def test_semantic_default_reports_the_hashing_caveat(mem: Memory) -> None:
+def test_hashing_search_reports_its_caveat() -> None:
+    mem = Memory(duckdb.connect(":memory:"), embedder=HashingEmbedder())
     mem.remember("u", "User is vegetarian")
     res = mem.search("u", "is the user a vegetarian?")
     assert isinstance(res, SearchResult) and isinstance(res.records[0], ScoredRecord)
@@ -66,8 +67,9 @@ def test_index_error_falls_back_and_says_so() -> None:
     assert len(res.records) == 2
 
 
-def test_no_record_indexed_falls_back(mem: Memory) -> None:
-    mem.remember("u", "the of and")  # stopwords only: a zero vector, nothing indexable
+def test_no_record_indexed_falls_back() -> None:
+    mem = Memory(duckdb.connect(":memory:"), embedder=HashingEmbedder())
+    mem.remember("u", "the of and")  # stopwords only: a zero hashing vector, nothing indexable
     res = mem.search("u", "and then")
     assert res.mode == "literal" and "indexed" in res.index_unavailable_reason
 

@@ -21,7 +21,8 @@ import numpy as np
 from . import binding, bulk, fingerprint, overlap, persist, shared, sql
 from .cache import IndexCache
 from .context import CONTEXT_WEIGHT
-from .embedders import Embedder, HashingEmbedder
+from .default import default_embedder
+from .embedders import Embedder
 from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
 from .index import Shard, VectorIndex
 from .records import (REVIEW_STATES, UPDATABLE_FIELDS, MemoryEvent, MemoryRecord, check_fields, check_subject,
@@ -56,7 +57,7 @@ class Memory:
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
         self.lock = lock if lock is not None else threading.RLock()
-        self.embedder: Embedder | None = HashingEmbedder() if embedder is _DEFAULT else embedder
+        self.embedder: Embedder | None = embedder
         self.floor = float(floor)
         self.context_weight = float(context_weight)  # neighbours' share in a record's score (memory/context.py)
         self._clock = clock or utc_now
@@ -64,6 +65,8 @@ class Memory:
         with self.lock:
             if not read_only:  # DuckDB refuses even CREATE ... IF NOT EXISTS on a read-only file
                 self.sql.ensure_tables(con)  # no-ops when the store already created them
+            if embedder is _DEFAULT:  # MiniLM where installed, else hashing; a bound store keeps its own (default.py)
+                self.embedder = default_embedder(binding.bound_id(con))
             binding.check_store_embedder(con, self.embedder)
             self._seen = self.sql.last_event(con) if self.sql.SHARED else 0  # memory_events applied (shared.py)
             folder = persist.index_dir(con) if index_dir == "auto" else None if index_dir is None else Path(index_dir)

@@ -18,7 +18,16 @@ from .embedders import Embedder, check_vectors
 from .errors import EmbedderMismatchError, MemoryInputError
 from .tables import META_DIM, META_EMBEDDER_ID
 
-__all__ = ["check_store_embedder", "bind", "embed", "embed_blocks", "given_vector", "reembed_all"]
+__all__ = ["bound_id", "check_store_embedder", "bind", "embed", "embed_blocks", "given_vector", "reembed_all"]
+
+
+def bound_id(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The embedder id the store's vectors came from (tracemem_meta, else a stored vector's), None if none."""
+    stored = sql.get_meta(con, META_EMBEDDER_ID)
+    if stored:
+        return stored
+    row = con.execute("SELECT embedder_id FROM memories WHERE embedding IS NOT NULL LIMIT 1").fetchone()
+    return row[0] if row else None
 
 
 def check_store_embedder(con: duckdb.DuckDBPyConnection, emb: Embedder | None) -> None:
