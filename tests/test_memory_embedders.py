@@ -83,6 +83,19 @@ class TestMiniLM:
         assert np.allclose(together, alone, atol=1e-5)
         assert minilm.embed([]).shape == (0, 384)
 
+    @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
+                        reason="ONNX Runtime not installed (the `minilm` extra brings it)")
+    def test_onnx_runtime_and_numpy_give_the_same_vectors(self) -> None:
+        from tracemem.memory import MiniLMEmbedder
+
+        texts = ["A man is eating food.", "short", "a much longer sentence with many more tokens than the first one"]
+        onnx, numpy_pass = MiniLMEmbedder(runtime="onnx", threads=1), MiniLMEmbedder(runtime="numpy")
+        assert (onnx.runtime, numpy_pass.runtime) == ("onnx", "numpy")
+        assert np.allclose(onnx.embed(texts), numpy_pass.embed(texts), atol=1e-5)
+        assert np.allclose(np.vstack([onnx.embed([t]) for t in texts]), onnx.embed(texts), atol=1e-5)
+        with pytest.raises(MemoryInputError, match="runtime"):
+            MiniLMEmbedder(runtime="torch")
+
     def test_paraphrase_recall_through_memory(self, minilm) -> None:  # noqa: ANN001
         mem = Memory(duckdb.connect(":memory:"), embedder=minilm)
         target = mem.remember("u", "The user does not eat meat.", confidence=80)
