@@ -72,7 +72,7 @@ def main() -> None:
     agent = build()
     print("The agent's graph:\n" + agent.to_mermaid() + "\n")
     with Store(":memory:") as store:
-        store.memory.remember("dana", "Dana moved to the Porto office in March", confidence=90)
+        store.memory.remember("dana", "Dana moved to the Porto office in March: her orders go there now", confidence=90)
         run = agent.run({"question": "Where is my order A7?", "user": {"name": "Dana"}}, store=store,
                         subject="dana", env={"model": ScriptedModel(default=support_model, name="support-scripted")})
         print("The conversation:")

@@ -1,7 +1,7 @@
 """`tracemem demo`: a support agent remembers, answers one question wrong, and shows why.
 
-Everything runs on the embedded default: a DuckDB file, a scripted model and the
-hashing embedder. The wrong answer comes from data the demo's own sessions
+Everything runs offline: a DuckDB file, a scripted model and the built-in hashing
+embedder (named, so the demo starts without loading a model). The wrong answer comes from data the demo's own sessions
 created; the backtrack that finds it reads the DuckDB file like any other run.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from tracemem import Pipeline, decide
 from tracemem.cli.render import table
+from tracemem.memory import HashingEmbedder
 from tracemem.models import ScriptedModel
 from tracemem.store import Store
 
@@ -116,7 +117,7 @@ def run_demo(db: str, *, fresh: bool = False, out: TextIO) -> None:
     if fresh:
         _remove(db)
     flow = build_flow()
-    with Store(db) as store:
+    with Store(db, embedder=HashingEmbedder()) as store:
         runs = _sessions(store, flow, say)
     wrong = runs[-1]
     say.part("2. The last answer is wrong: policy is 30 days, the agent approved a 60-day-old refund")

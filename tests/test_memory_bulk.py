@@ -131,7 +131,7 @@ def stored(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], list[Any]]:
 
 def test_overlapped_remember_many_writes_what_one_statement_writes(con: duckdb.DuckDBPyConnection) -> None:
     n = MIN_ROWS + BLOCK // 2 + 7  # three blocks, the last one short
-    fast = Memory(con, threading.RLock(), clock=lambda: T0)
+    fast = Memory(con, threading.RLock(), clock=lambda: T0, embedder=HashingEmbedder())
     recs = fast.remember_many(items(n), run_id="r1")
     other = duckdb.connect(":memory:")
     sql.ensure_tables(other)
@@ -146,7 +146,7 @@ def test_overlapped_remember_many_writes_what_one_statement_writes(con: duckdb.D
 
 
 def test_overlapped_remember_many_is_all_or_nothing(con: duckdb.DuckDBPyConnection) -> None:
-    mem = Memory(con, threading.RLock(), clock=lambda: T0)
+    mem = Memory(con, threading.RLock(), clock=lambda: T0, embedder=HashingEmbedder())
     mem.remember("u", "kept before")
     bad = items(MIN_ROWS + 10)
     bad[BLOCK + 3]["text"] = "lone surrogate \ud800 in the second block"
@@ -165,7 +165,7 @@ def test_an_index_failure_during_the_commit_drops_the_index_not_the_rows(con: du
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from tracemem.memory.index import VectorIndex
 
-    mem = Memory(con, threading.RLock(), clock=lambda: T0)
+    mem = Memory(con, threading.RLock(), clock=lambda: T0, embedder=HashingEmbedder())
     mem.remember("u", "kept before")
     real = VectorIndex.add_many
 

@@ -28,6 +28,7 @@ NOW = datetime(2025, 1, 1)
 
 
 def open_memory(path: Path, **kw: object) -> Memory:
+    kw.setdefault("embedder", HashingEmbedder())  # these tests are about the index files, not the embedder
     return Memory(duckdb.connect(str(path)), **kw)  # type: ignore[arg-type]
 
 
@@ -141,7 +142,8 @@ def test_the_kept_fingerprint_equals_the_table_after_every_kind_of_change(tmp_pa
 def test_bulk_commit_restores_the_checkpoint_threshold(tmp_path: Path) -> None:
     con = duckdb.connect(str(tmp_path / "m.duckdb"))
     con.execute("SET checkpoint_threshold = '20MiB'")
-    Memory(con).remember_many([{"subject": "u", "text": f"fact {i}"} for i in range(sql.BULK_ROWS)])
+    Memory(con, embedder=HashingEmbedder()).remember_many([{"subject": "u", "text": f"fact {i}"}
+                                                           for i in range(sql.BULK_ROWS)])
     assert con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0] == "20.0 MiB"
     assert con.execute("SELECT count(*) FROM memories").fetchall()[0][0] == sql.BULK_ROWS
 
@@ -150,7 +152,7 @@ def test_bulk_commit_forces_alp_for_its_checkpoint_then_restores_the_choice(tmp_
     path = tmp_path / "m.duckdb"
     con = duckdb.connect(str(path))
     setting = "SELECT lower(current_setting('force_compression'))"
-    mem = Memory(con)
+    mem = Memory(con, embedder=HashingEmbedder())
     mem.remember_many([{"subject": "u", "text": f"fact number {i} about cellos"} for i in range(sql.BULK_ROWS)])
     vectors = "SELECT memory_id, embedding FROM memories ORDER BY memory_id"
     before = con.execute(vectors).fetchall()
