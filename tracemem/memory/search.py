@@ -216,10 +216,7 @@ def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, bool
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
                min_similarity: float, recall: bool, floor: float, now: datetime, limit: int | None,
                context_weight: float = 0.0) -> Ranking:
-    """Score the shard's live rows, apply the recall filter to candidates, cut to `limit`.
-
-    `context_weight` lifts each candidate by its neighbours' scores (context.py); a shard ranked through
-    bounds (pruned.py) is ranked without it."""
+    """Score the shard's live rows (with their neighbours', context.py), filter candidates, cut to `limit`."""
     n = shard.n
     alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
@@ -264,30 +261,16 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
         if extra:
             lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
 
-    eligible = everyone
     out = Ranking(rows=cand_rows, score=np.zeros(n), lexical=np.zeros(n), similarity=sim, total=len(cand_rows))
-    if recall and len(cand_rows):
-        now_us = to_micros(now, 0)
-        flagged = FLAGGED_CODE[shard.review[cand_rows]]
-        low = ~flagged & (shard.conf[cand_rows] < floor)
-        window = ~flagged & ~low & ((shard.vfrom[cand_rows] > now_us) | (shard.vuntil[cand_rows] <= now_us))
-        for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
-            out.counts[reason] = int(mask.sum())
-            for row in cand_rows[mask]:
-                out.exclusions.append((int(row), reason, _detail(shard, int(row), reason, floor)))
-        eligible = ~(flagged | low | window)
+    eligible = _recall_filter(shard, cand_rows, out, floor, now) if recall and len(cand_rows) else everyone
     if sims is not None:
         sims.rerank(fuse(lex_c), eligible, limit)
         assert sim is not None
         sim[cand_rows] = sims.sim
     score_c = fuse(lex_c)
-    if context_weight > 0 and len(cand_rows):
-        score_all = lex.astype(np.float64)  # every row's own fused score: what its neighbours are lifted by
-        score_all[cand_rows] = lex_c
-        if sims is not None and sim is not None:
-            best = lex_c.max()
-            score_all = lexical_weight * (score_all / best if best > 0 else score_all) + (1.0 - lexical_weight) * sim
-        score_c = score_c + neighbour_lift(score_all, alive, cand_rows, context_weight)
+    if context_weight > 0 and len(cand_rows):  # (a shard ranked through bounds, pruned.py, goes without)
+        score_c = score_c + neighbour_lift(_every_score(lex, lex_c, cand_rows, sim if sims else None,
+                                                        lexical_weight), alive, cand_rows, context_weight)
     out.score[cand_rows] = score_c
     out.lexical[cand_rows] = lex_c
     keep = cand_rows[eligible]
@@ -299,6 +282,30 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     order = np.lexsort((-keep, -score[keep]))
     out.rows = keep[order]
     return out
+
+
+def _recall_filter(shard: Shard, cand_rows: np.ndarray, out: Ranking, floor: float, now: datetime) -> np.ndarray:
+    """Which candidates honest recall keeps; each one it keeps out is counted and noted in `out`."""
+    now_us = to_micros(now, 0)
+    flagged = FLAGGED_CODE[shard.review[cand_rows]]
+    low = ~flagged & (shard.conf[cand_rows] < floor)
+    window = ~flagged & ~low & ((shard.vfrom[cand_rows] > now_us) | (shard.vuntil[cand_rows] <= now_us))
+    for mask, reason in ((flagged, "flagged"), (low, "below_floor"), (window, "out_of_window")):
+        out.counts[reason] = int(mask.sum())
+        for row in cand_rows[mask]:
+            out.exclusions.append((int(row), reason, _detail(shard, int(row), reason, floor)))
+    return ~(flagged | low | window)
+
+
+def _every_score(lex: np.ndarray, lex_c: np.ndarray, cand_rows: np.ndarray, sim: np.ndarray | None,
+                 lexical_weight: float) -> np.ndarray:
+    """Every row's own fused score (the candidates' with their feedback terms): what lifts a neighbour."""
+    score_all = lex.astype(np.float64)
+    score_all[cand_rows] = lex_c
+    if sim is None:
+        return score_all
+    best = lex_c.max()
+    return lexical_weight * (score_all / best if best > 0 else score_all) + (1.0 - lexical_weight) * sim
 
 
 def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray | None, lexical_weight: float,
