@@ -6,7 +6,8 @@ asked for, then its result), `done` (the answer and the run id, to backtrack lat
 The run goes on a worker thread, so a model call never holds the server's event loop;
 a browser that goes away mid-reply stops the run before its next step (recorded
 `interrupted`). Each thread continues the previous turn (`resume=`), and every turn is
-recorded in one DuckDB file. `GET /` is the page: a form and a few lines of JavaScript.
+recorded in one DuckDB file. `GET /` is the page: a form and a few lines of JavaScript
+(`/chat.js`) that show every text as text, under a Content-Security-Policy.
 
 It runs offline with a scripted model that types its reply word by word; pass
 `--base-url http://localhost:11434/v1 --model llama3.1` for a real OpenAI-compatible
@@ -31,7 +32,7 @@ from urllib.parse import quote
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, StreamingResponse
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from stages import tool_agent
@@ -40,25 +41,42 @@ from tracemem.models import OpenAICompatibleModel, ScriptedModel, ToolCall
 from tracemem.store import Store
 from tracemem.tools import tool
 
+# What the page shows comes from the user, the model and tools, so it is only ever set as text (append,
+# textContent), never parsed as HTML; the script and the style are files of this origin, and every response
+# carries a Content-Security-Policy that allows nothing else (no inline script, no other origin).
 PAGE = """<!doctype html><meta charset="utf-8"><title>tracemem chat</title>
-<style>body{font:16px system-ui;max-width:40em;margin:2em auto} .tool{color:#777;font-size:.9em}</style>
+<link rel="stylesheet" href="/chat.css"><script src="/chat.js" defer></script>
 <h1>Support chat</h1><div id="log"></div>
-<form id="f"><input id="q" size="50" autofocus placeholder="Where is my order A7?"> <button>Send</button></form>
-<script>
+<form id="f"><input id="q" size="50" autofocus placeholder="Where is my order A7?"> <button>Send</button></form>"""
+STYLE = "body{font:16px system-ui;max-width:40em;margin:2em auto} .tool{color:#777;font-size:.9em}"
+SCRIPT = """"use strict";
 const thread = Math.random().toString(36).slice(2), log = document.getElementById("log");
+function line(who) {
+  const p = document.createElement("p"), b = document.createElement("b"), text = document.createElement("span");
+  b.textContent = who + ": ";
+  p.append(b, text);
+  log.append(p);
+  return text;
+}
 document.getElementById("f").onsubmit = (e) => {
   e.preventDefault();
   const q = document.getElementById("q").value; document.getElementById("q").value = "";
-  log.insertAdjacentHTML("beforeend", "<p><b>you:</b> </p><p><b>agent:</b> <span></span></p>");
-  log.children[log.children.length - 2].append(q);
-  const out = log.lastElementChild.querySelector("span");
+  line("you").textContent = q;
+  const out = line("agent");
   const source = new EventSource(`/chat?thread=${thread}&q=${encodeURIComponent(q)}`);
   source.addEventListener("token", (m) => out.append(JSON.parse(m.data).text));
-  source.addEventListener("tool", (m) => { const t = JSON.parse(m.data);
-    out.insertAdjacentHTML("beforebegin", `<span class="tool">[${t.status} ${t.name}] </span>`); });
+  source.addEventListener("tool", (m) => {
+    const t = JSON.parse(m.data), note = document.createElement("span");
+    note.className = "tool";
+    note.textContent = `[${t.status} ${t.name}] `;
+    out.before(note);
+  });
   source.addEventListener("done", () => source.close());
 };
-</script>"""
+"""
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; "
+       "base-uri 'none'; frame-ancestors 'none'")
+SAFE = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
 
 
 @tool
@@ -124,12 +142,20 @@ def app(store: Store, model: Any) -> Starlette:
                 elif isinstance(event, RunFailedEvent):
                     yield sse("done", {"error": event.error, "run_id": event.run_id})
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", **SAFE})
 
-    async def page(request: Request) -> HTMLResponse:
-        return HTMLResponse(PAGE)
+    async def page(request: Request) -> Response:
+        return HTMLResponse(PAGE, headers=SAFE)
 
-    return Starlette(routes=[Route("/", page), Route("/chat", chat)])
+    async def script(request: Request) -> Response:
+        return Response(SCRIPT, media_type="text/javascript", headers=SAFE)
+
+    async def style(request: Request) -> Response:
+        return Response(STYLE, media_type="text/css", headers=SAFE)
+
+    return Starlette(routes=[Route("/", page), Route("/chat.js", script), Route("/chat.css", style),
+                             Route("/chat", chat)])
 
 
 def serve(application: Starlette, port: int = 0) -> tuple[uvicorn.Server, threading.Thread, int]:
