@@ -157,32 +157,42 @@ class Trace:
         (level, arrow, None, nodes) for the nodes a parent reaches again (one line per arrow)."""
         entries: list[tuple[int, str, Optional[str], list[str]]] = []
         seen: set[str] = set()
+        edges = self.graph.edges
 
-        def visit(node: str, level: int, arrow: str) -> None:
+        def enter(node: str, level: int, arrow: str) -> Optional[list[Any]]:
+            """Show `node` and return its frame: (level, its children still to visit, nodes reached again)."""
             seen.add(node)
             entries.append((level, arrow, node, []))
             if depth is not None and level >= depth:
-                return
-            edges = self.graph.edges
+                return None
             children = sorted((c for c in self.graph.successors(node) if keep is None or c in keep),
                               key=lambda c: _EDGE_ORDER.get(edges[node, c].get("kind"), 9))
             # what a step read is shown once: under the model call it was sent to, not again beside it
             fed = {g for c in children if self.graph.nodes[c].get("kind") == "model_call"
                    for g in self.graph.successors(c) if edges[c, g].get("kind") == "data"}
-            again: dict[str, list[str]] = {}
+            shown = [c for c in children if not (c in fed and edges[node, c].get("kind") in ("data", "compose"))]
+            return [node, level, iter(shown), {}]
+
+        # depth first, as a recursive visit would go, on a stack of its own: a chain of 100,000 steps is no deeper
+        # for it than one of ten (Python's recursion limit is about 1,000 frames)
+        stack = [enter(self.root, 0, "")] if self.root is not None and (keep is None or self.root in keep) else []
+        while stack:
+            frame = stack[-1]
+            if frame is None:
+                stack.pop()
+                continue
+            node, level, children, again = frame
             for child in children:
-                if child in fed and edges[node, child].get("kind") in ("data", "compose"):
-                    continue
                 child_arrow = _ARROWS.get(edges[node, child].get("kind"), "← ")
                 if child in seen:
                     again.setdefault(child_arrow, []).append(child)
                 else:
-                    visit(child, level + 1, child_arrow)
-            for child_arrow, nodes in again.items():
-                entries.append((level + 1, child_arrow, None, nodes))
-
-        if self.root is not None and (keep is None or self.root in keep):
-            visit(self.root, 0, "")
+                    stack.append(enter(child, level + 1, child_arrow))
+                    break
+            else:
+                for child_arrow, nodes in again.items():
+                    entries.append((level + 1, child_arrow, None, nodes))
+                stack.pop()
         return entries
 
     def __str__(self) -> str:

@@ -119,11 +119,15 @@ class Walker:
         """Where a value read as run input came from: the input, or — for a run that
         resumed an earlier one — the last write of it earlier in the thread."""
         field = root_of(path)
-        forked = idx.run.forked_from_run_id
-        source = self.index(forked) if forked else None
-        if source is not None:  # a fork's starting state: set in the original run, before the fork point
+        while True:  # a fork's starting state: set in the original run before the fork point (a loop: forks of forks)
+            forked = idx.run.forked_from_run_id
+            source = self.index(forked) if forked else None
+            if source is None:
+                break
             before = [w for w in source.by_root.get(field, ()) if w.step <= (idx.run.forked_from_step or 0)]
-            return self.write_node(source, before[-1], depth) if before else self.origin(source, path, depth)
+            if before:
+                return self.write_node(source, before[-1], depth)
+            idx = source
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
         thread = self.thread(idx, field)
@@ -169,6 +173,23 @@ class Walker:
         deletes in order, back through the thread, and from a fork into its original): (its run, the
         write, or None when the element came from a run's input); None when `root` is not a list or
         `index` is out of range. `upto`: as the list stood after that step of `idx`'s run."""
+        fallback: Optional[tuple[RunIndex, Optional[Write]]] = None  # the fork whose input held it, if no further
+        while True:  # into a fork's original, and its original's (a loop: a chain of forks has no depth limit)
+            found = self._producer(idx, root, index, upto)
+            if found is None:
+                return fallback
+            owner, produced, position = found
+            forked = owner.run.forked_from_run_id if owner is not None and produced is None else None
+            source = self.index(forked) if forked else None
+            if owner is None or source is None:
+                return (owner, produced) if owner is not None else fallback
+            fallback = (owner, None)  # in the fork's starting state: from the original
+            idx, index, upto = source, position, owner.run.forked_from_step or 0
+
+    def _producer(self, idx: RunIndex, root: str, index: int,
+                  upto: Optional[int]) -> Optional[tuple[Optional[RunIndex], Optional[Write], int]]:
+        """Element `index` of list `root` in `idx`'s thread: (its run, the write or None for an input, its
+        position in that input); None when `root` is not a list or `index` is out of range."""
         producers: list[tuple[str, Any, Optional[Write], int]] = []  # (run id, live run, write or None =
         # input, position in that input)
         for run_id, inputs, first, writes, live in self.thread(idx, root):
@@ -195,12 +216,7 @@ class Walker:
         if not -len(producers) <= index < len(producers):
             return None
         run_id, live, produced, position = producers[index]
-        owner = self.index(run_id, live)
-        forked = owner.run.forked_from_run_id if owner is not None and produced is None else None
-        source = self.index(forked) if forked else None
-        if owner is not None and source is not None:  # in the fork's starting state: from the original
-            return self.element_write(source, root, position, owner.run.forked_from_step or 0) or (owner, None)
-        return (owner, produced) if owner is not None else None
+        return self.index(run_id, live), produced, position
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
