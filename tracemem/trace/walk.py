@@ -175,7 +175,7 @@ class Walker:
         `index` is out of range. `upto`: as the list stood after that step of `idx`'s run."""
         fallback: Optional[tuple[RunIndex, Optional[Write]]] = None  # the fork whose input held it, if no further
         while True:  # into a fork's original, and its original's (a loop: a chain of forks has no depth limit)
-            found = self._producer(idx, root, index, upto)
+            found = producer(self, idx, root, index, upto)
             if found is None:
                 return fallback
             owner, produced, position = found
@@ -185,38 +185,6 @@ class Walker:
                 return (owner, produced) if owner is not None else fallback
             fallback = (owner, None)  # in the fork's starting state: from the original
             idx, index, upto = source, position, owner.run.forked_from_step or 0
-
-    def _producer(self, idx: RunIndex, root: str, index: int,
-                  upto: Optional[int]) -> Optional[tuple[Optional[RunIndex], Optional[Write], int]]:
-        """Element `index` of list `root` in `idx`'s thread: (its run, the write or None for an input, its
-        position in that input); None when `root` is not a list or `index` is out of range."""
-        producers: list[tuple[str, Any, Optional[Write], int]] = []  # (run id, live run, write or None =
-        # input, position in that input)
-        for run_id, inputs, first, writes, live in self.thread(idx, root):
-            if upto is not None and run_id == idx.run.run_id:
-                writes = [w for w in writes if w.step <= upto]
-            if first or root in inputs:
-                value = inputs.get(root)
-                if not isinstance(value, list):
-                    return None
-                producers = [(run_id, live, None, i) for i in range(len(value))]
-            for w in writes:
-                path = parse_path(w.path)
-                if len(path) == 1:
-                    if w.verb == "append":
-                        producers.append((run_id, live, w, -1))
-                    else:
-                        value = json.loads(w.value) if w.value else []
-                        producers = [(run_id, live, w, -1)] * (len(value) if isinstance(value, list) else 0)
-                elif isinstance(path[1], int):
-                    if len(path) == 2 and w.verb == "delete":
-                        del producers[path[1]]
-                    else:
-                        producers[path[1]] = (run_id, live, w, -1)
-        if not -len(producers) <= index < len(producers):
-            return None
-        run_id, live, produced, position = producers[index]
-        return self.index(run_id, live), produced, position
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
@@ -310,6 +278,39 @@ class Walker:
         while self.queue:
             node, depth, idx, item = self.queue.popleft()
             self.expand(node, depth, idx, item)
+
+
+def producer(walker: Walker, idx: RunIndex, root: str, index: int,
+             upto: Optional[int]) -> Optional[tuple[Optional[RunIndex], Optional[Write], int]]:
+    """Element `index` of list `root` in `idx`'s thread: (its run, the write or None for an input, its
+    position in that input); None when `root` is not a list or `index` is out of range."""
+    producers: list[tuple[str, Any, Optional[Write], int]] = []  # (run id, live run, write or None =
+    # input, position in that input)
+    for run_id, inputs, first, writes, live in walker.thread(idx, root):
+        if upto is not None and run_id == idx.run.run_id:
+            writes = [w for w in writes if w.step <= upto]
+        if first or root in inputs:
+            value = inputs.get(root)
+            if not isinstance(value, list):
+                return None
+            producers = [(run_id, live, None, i) for i in range(len(value))]
+        for w in writes:
+            path = parse_path(w.path)
+            if len(path) == 1:
+                if w.verb == "append":
+                    producers.append((run_id, live, w, -1))
+                else:
+                    value = json.loads(w.value) if w.value else []
+                    producers = [(run_id, live, w, -1)] * (len(value) if isinstance(value, list) else 0)
+            elif isinstance(path[1], int):
+                if len(path) == 2 and w.verb == "delete":
+                    del producers[path[1]]
+                else:
+                    producers[path[1]] = (run_id, live, w, -1)
+    if not -len(producers) <= index < len(producers):
+        return None
+    run_id, live, produced, position = producers[index]
+    return walker.index(run_id, live), produced, position
 
 
 def scope_fields(run: "RunRecord") -> Optional[list[str]]:
