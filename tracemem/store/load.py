@@ -142,19 +142,25 @@ def _sorted(rows: list[tuple], order: list[int]) -> list[tuple]:
     return rows
 
 
-def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool) -> list[tuple]:
-    """One table's rows of the runs `ids`, in the order it is read. `many`: the rows' run id is their first
-    order column."""
+def _fetch(con: Any, name: str, ids: list[str], rowid: str, many: bool,
+           steps: Optional[tuple[int, int]] = None) -> list[tuple]:
+    """One table's rows of the runs `ids` (of steps `steps[0]`..`steps[1]` only, when given), in the order it
+    is read. `many`: the rows' run id is their first order column."""
     select, order = _layout(name, many, rowid)
     where, params = _where(ids)
+    if steps is not None:
+        where += f") AND (step BETWEEN ${len(params) + 1} AND ${len(params) + 2}"
+        params = [*params, *steps]
     rows = con.execute(f"SELECT {', '.join(select)} FROM {name} WHERE {_READ[name][0]} IN ({where})",
                        params).fetchall()
     return _sorted(rows, order)
 
 
-def _heads(con: Any, ids: list[str], rowid: str) -> tuple[list[tuple], list[tuple[str, str]]]:
-    """The runs rows of `ids` and (child, parent) of their child runs, in one query: two index lookups
-    joined by UNION ALL, a child's few columns in the places the runs row has them."""
+def _heads(con: Any, ids: list[str], rowid: str,
+           steps: Optional[tuple[int, int]] = None) -> tuple[list[tuple], list[tuple[str, str]]]:
+    """The runs rows of `ids` and (child, parent) of their child runs (of steps `steps` only, when given), in
+    one query: two index lookups joined by UNION ALL, a child's few columns in the places the runs row has
+    them."""
     select, order = _layout("runs", True, rowid)
     child_select, child_order = _layout("children", True, rowid)
     at = [select.index(c) for c in child_select]  # run_id, parent_run_id, started, rowid: all in `select`
@@ -162,8 +168,12 @@ def _heads(con: Any, ids: list[str], rowid: str) -> tuple[list[tuple], list[tupl
     for i, expr in zip(at, child_select):
         padded[i] = expr
     where, params = _where(ids)
+    within = ""
+    if steps is not None:
+        within = f" AND parent_step BETWEEN ${len(params) + 1} AND ${len(params) + 2}"
+        params = [*params, *steps]
     rows = con.execute(f"SELECT false, {', '.join(select)} FROM runs WHERE run_id IN ({where}) UNION ALL "
-                       f"SELECT true, {', '.join(padded)} FROM runs WHERE parent_run_id IN ({where})",
+                       f"SELECT true, {', '.join(padded)} FROM runs WHERE parent_run_id IN ({where}){within}",
                        params).fetchall()
     heads = _sorted([row[1:] for row in rows if not row[0]], order)
     children = _sorted([tuple(row[1 + i] for i in at) for row in rows if row[0]], child_order)
@@ -181,23 +191,25 @@ def _tables(con: Any) -> list[str]:
     return [name for name in _READ if name not in own and name not in empty]
 
 
-def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSchema] = None) -> dict[str, Run]:
+def load_runs(store: Any, con: Any, run_ids: list[str], schema: Optional[ScopeSchema] = None,
+              steps: Optional[tuple[int, int]] = None) -> dict[str, Run]:
     """The runs among `run_ids` that exist, each with every row it recorded and its child runs, in a query
     per table that holds rows however many runs (and that again per level of subflows); `store` is kept
-    as their loader."""
+    as their loader. `steps` (first, last): only the rows of those steps, and the child runs they started
+    (a page of a long run: the Run then holds those steps alone)."""
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         return {}
     rowid = _CTID if getattr(con, "dialect", "duckdb") == "postgres" else "rowid"
     tables = _tables(con)
-    heads, children = _heads(con, ids, rowid)
+    heads, children = _heads(con, ids, rowid, steps)
     if not heads:
         return {}
     ids = [row[0] for row in heads]
     many = len(ids) > 1
     records: dict[str, Record] = {}
     for name in tables:
-        rows = _fetch(con, name, ids, rowid, many)
+        rows = _fetch(con, name, ids, rowid, many, steps if _READ[name][2] == "step" else None)
         if not rows:
             continue
         width = len(_READ[name][1])

@@ -18,8 +18,8 @@ from urllib.parse import urlencode
 from ..cli.render import to_json
 from ..errors import UsageError
 from ..trace import why
-from .run_page import canonical, default_path
-from .run_view import written_paths
+from .run_outline import paths_written
+from .run_page import canonical
 from .trace_view import folded_svg, memory_sources, trace_svg
 from .web import render, run_url, source
 
@@ -42,9 +42,9 @@ def _bound(request: Request, name: str, default: int, most: int) -> int:
 
 def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[str], str]:
     run = store.run(run_id)
-    paths = written_paths(run)
+    paths, default = paths_written(store, run_id)
     given = [p.strip() for p in request.query_params.getlist("path") if p.strip()]  # the typed path wins
-    path = given[-1] if given else default_path(paths)
+    path = given[-1] if given else default
     if not path:
         raise UsageError(f"run {run_id} wrote nothing, so there is no value to backtrack; pick another run")
     depth = _bound(request, "depth", DEPTH, 100_000)

@@ -5,8 +5,8 @@ question and answer of each run, feedback, and a count, so it queries the docume
 (`runs`, `steps`, `feedback`...). The `feedback` table comes with the accountability work and may
 be missing: its filter and column appear only when it exists.
 
-`rows()` runs these fixed, parameterised SELECTs on the store's own connection, which a read-only
-Store opens read-only (DuckDB refuses any change on it). `store.sql()` on a read-only store runs
+`rows()` runs these fixed, parameterised SELECTs on the connection tracemem reads with
+(store/own_sql.py), which a read-only Store opens read-only (DuckDB refuses any change on it). `store.sql()` on a read-only store runs
 in a second, fenced DuckDB instance (store/user_sql.py) because its SQL is typed by a person; the
 viewer sends SQL a person typed only there (the SQL page). Building the fence costs a new DuckDB
 instance attaching the file, about 80 ms, and the viewer opens the store for every request (it
@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import TracememError, UsageError
+from ..store.own_sql import own_rows
 
 __all__ = ["KNOWN_STATUSES", "RunFilter", "RunsPage", "has_table", "options", "resolve", "rows", "runs_page", "runs_version"]
 
@@ -27,15 +28,10 @@ FEEDBACK_CHOICES = ("any", "none", "wrong", "right")
 
 
 def rows(store: Any, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-    """The rows of one of the viewer's own SELECTs, as dicts (see the module docstring)."""
-    with store.lock:
-        cursor = store.con.cursor()
-        try:
-            result = cursor.execute(query, list(params))
-            columns = [d[0] for d in result.description]
-            return [dict(zip(columns, r)) for r in result.fetchall()]
-        finally:
-            cursor.close()
+    """The rows of one of the viewer's own SELECTs, as dicts (see the module docstring), on the connection
+    tracemem reads with, which the page's time limit watches (ui/limits.py)."""
+    columns, found = own_rows(store, query, params)
+    return [dict(zip(columns, r)) for r in found]
 
 
 def resolve(store: Any, ref: str) -> str:

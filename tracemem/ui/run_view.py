@@ -3,20 +3,20 @@ wrote, the decision and its evidence, logs, memory and snapshot uses, tool calls
 with the assembled prompt, section by section.
 
 Plain data for the template, built only from the public `Run` (its steps, reads, writes,
-decisions and `rows` — the extra tables the store loaded with it).
+decisions and `rows` — the extra tables the store loaded with it): a page of a long run is a `Run`
+loaded with that page's steps alone.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..record import Step
 from ..run import Run
 from ..text import clip
 
-__all__ = ["SECTION_LABELS", "STEP_WINDOW", "StepView", "Window", "build_steps", "value_text", "window",
-           "written_paths"]
+__all__ = ["SECTION_LABELS", "STEP_WINDOW", "StepView", "build_steps", "value_text"]
 
 SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
                   "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
@@ -25,35 +25,6 @@ SHOWN_TABLES = {"model_calls", "prompts", "prompt_sections", "memory_uses", "sna
                 "tool_calls", "run_embeddings", "effects"}
 VALUE_CLIP = 200
 STEP_WINDOW = 200  # steps per page of a long run: a 1,000-step run is five pages, not one of a megabyte
-
-
-@dataclass
-class Window:
-    """Which steps of a run one page shows: run.steps[lo:hi]."""
-
-    lo: int
-    hi: int
-    total: int
-    numbers: frozenset[int] = frozenset()
-
-    def href(self, step: Optional[int], anchor: str) -> str:
-        """A link to `#anchor` on the page that shows `step` (this one, or the page of the run that does)."""
-        if step is None or step in self.numbers:
-            return f"#{anchor}"
-        return f"?at={step}#{anchor}"
-
-
-def window(run: Run, at: Optional[int] = None, prompt: Optional[str] = None, size: int = STEP_WINDOW) -> Window:
-    """The page of steps holding step `at` (or the model call of prompt `prompt`); the first page by default."""
-    numbers = [s.step for s in run.steps]
-    if at is None and prompt:
-        calls = [c["step"] for c in run.rows.get("model_calls", ()) if c.get("prompt_id") == prompt]
-        made = [p["step"] for p in run.rows.get("prompts", ()) if p.get("prompt_id") == prompt]
-        at = (calls or made or [None])[0]
-    index = numbers.index(at) if at in numbers else 0
-    lo = index // size * size
-    hi = min(lo + size, len(numbers))
-    return Window(lo, hi, len(numbers), frozenset(numbers[lo:hi]))
 
 
 @dataclass
@@ -85,11 +56,6 @@ def value_text(value: Optional[str]) -> str:
     return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
 
 
-def written_paths(run: Run) -> list[str]:
-    """Paths the run wrote, in first-written order (what a backtrack can start from)."""
-    return list(dict.fromkeys(w.path for w in run.writes))
-
-
 def _by_step(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
@@ -115,11 +81,11 @@ def _decision(chosen: str, evidence: Any) -> dict[str, Any]:
 
 
 def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None,
-                win: Optional[Window] = None) -> list[StepView]:
-    """The steps of `run` in `win` (all by default) with their rows; `tool_calls` when the store has them
-    outside `run.rows`. Reads link to the write they saw, on this page or the page that shows it."""
-    win = win or window(run, size=max(len(run.steps), 1))
-    views = {s.step: StepView(s, round((s.ended_at - s.started_at) / 1e6, 3)) for s in run.steps[win.lo:win.hi]}
+                href: Callable[[Optional[int], str], str] = lambda step, anchor: f"#{anchor}") -> list[StepView]:
+    """The steps `run` holds (a page of them: store/load.py `load_runs(steps=…)`) with their rows; `tool_calls`
+    when the store has them outside `run.rows`. Reads link to the write they saw: `href(step, anchor)` gives
+    the link, on this page or the page that shows it."""
+    views = {s.step: StepView(s, round((s.ended_at - s.started_at) / 1e6, 3)) for s in run.steps}
     for r in run.reads:
         view = views.get(r.step)
         if view is None:
@@ -128,7 +94,7 @@ def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None,
             view.reads.append({"path": r.path, "source": "input", "href": "#input", "label": "run input"})
         else:
             view.reads.append({"path": r.path, "source": "write",
-                               "href": win.href(r.source_step, f"w-{r.source_step}-{r.source_seq}"),
+                               "href": href(r.source_step, f"w-{r.source_step}-{r.source_seq}"),
                                "label": f"write {r.source_step}.{r.source_seq}"})
     for w in run.writes:
         view = views.get(w.step)
@@ -170,4 +136,4 @@ def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None,
         for step, items in _by_step(list(rows)).items():
             if step in views:
                 views[step].other[table] = items
-    return [views[s.step] for s in run.steps[win.lo:win.hi]]
+    return [views[s.step] for s in run.steps]
