@@ -214,3 +214,13 @@ def test_instruction_counts_print_per_stage_figures() -> None:
               for label in ("plain python (dict)", "tracemem engine (no store)") if line.strip().startswith(label)}
     assert set(counts) == {"plain python (dict)", "tracemem engine (no store)"}, out
     assert 0 < counts["plain python (dict)"] < counts["tracemem engine (no store)"]  # recording costs something
+
+
+@pytest.mark.slow
+def test_why_prints_why_beside_backtrack_for_a_thread_and_a_long_run() -> None:
+    out = run("bench/why.py", "--turns", "20", "--steps", "60", "--reps", "1")
+    assert "## a 20-turn thread" in out and "## one run of" in out
+    tables = out.split("## ")[1:]
+    for table in tables:
+        rows = {line.split()[0]: line for line in table.splitlines() if line.startswith(("backtrack ", "why "))}
+        assert set(rows) == {"backtrack", "why"} and rows["why"].rstrip().split()[-1].isdigit(), table

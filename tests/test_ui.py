@@ -501,3 +501,18 @@ def test_scope_diff_names_elements_not_containers():
     rows = diff({"context": {}, "notes": ["a"], "n": 1}, {"context": {"policy": "30 days"}, "notes": [], "n": 2})
     assert [(r["path"], r["change"]) for r in rows] == [("context.policy", "added"), ("n", "changed"),
                                                         ("notes[0]", "removed")]
+
+
+def test_runs_show_feedback_as_a_badge_forks_with_their_parent_and_tokens(web, demo):
+    page = web.get("/runs").text
+    row = page[page.index(f'data-run="{demo["wrong"]}"'):]
+    row = row[:row.index("</tr>")]
+    assert '<span class="badge verdict-wrong"' in row and "by support-lead" in row
+    assert re.search(r'class="num tokens" title="2 model call\(s\)">\d+ → \d+<', row), row  # answer, extraction
+    with Store(demo["path"], read_only=True) as store:
+        checks = store.runs(kind="counterfactual", limit=10)
+    assert checks
+    check = page[page.index(f'data-run="{checks[0]["run_id"]}"'):]
+    check = check[:check.index("</tr>")]
+    assert 'class="tag kind-counterfactual"' in check
+    assert f'class="forked-from" href="/runs/{demo["wrong"]}"' in check

@@ -160,21 +160,36 @@ def runs_page(store: Any, flt: RunFilter) -> RunsPage:
                round(epoch_ns(r.ended_at - r.started_at) / 1e6, 3) AS duration_ms
         FROM runs r {clause} ORDER BY r.started_at DESC, r.run_id LIMIT {int(flt.per_page)} OFFSET {int(offset)}""",
                 params)
-    ids = [r["run_id"] for r in page]
-    counts: dict[str, int] = {}
-    verdicts: dict[str, Any] = {}
-    if ids:  # only the page's runs: a scan of `steps` with a short IN list
-        marks = ", ".join("?" * len(ids))
-        counts = {r["run_id"]: r["n"] for r in rows(
-            store, f"SELECT run_id, count(*) AS n FROM steps WHERE run_id IN ({marks}) GROUP BY run_id", ids)}
-        if feedback:
-            verdicts = {r["run_id"]: r["verdict"] for r in rows(
-                store, f"SELECT run_id, verdict FROM (SELECT run_id, verdict, row_number() OVER (PARTITION BY run_id "
-                       f"ORDER BY \"at\" DESC) AS nth FROM feedback WHERE run_id IN ({marks})) latest WHERE nth = 1",
-                ids)}  # the latest verdict (a window, not arg_max: the same SQL runs on PostgreSQL)
-    for r in page:
-        r["steps"], r["verdict"] = counts.get(r["run_id"], 0), verdicts.get(r["run_id"])
+    _page_details(store, page, feedback)
     return RunsPage(page, total, max(1, -(-total // flt.per_page)), feedback, runs_version(store, flt, feedback))
+
+
+def _page_details(store: Any, page: list[dict[str, Any]], feedback: bool) -> None:
+    """Each run of a page with its step count, tokens, how it was started (kind and parent), and latest verdict
+    (with who gave it): queries over the page's runs only (a short IN list)."""
+    ids = [r["run_id"] for r in page]
+    marks = ", ".join("?" * len(ids))
+    by_id: dict[str, dict[str, Any]] = {r["run_id"]: {} for r in page}
+    if ids:
+        for r in rows(store, f"SELECT run_id, count(*) AS n FROM steps WHERE run_id IN ({marks}) GROUP BY run_id", ids):
+            by_id[r["run_id"]]["steps"] = r["n"]
+        if has_table(store, "model_calls", "input_tokens", "output_tokens"):
+            for r in rows(store, f"SELECT run_id, count(*) AS calls, sum(input_tokens) AS tin, sum(output_tokens) AS tout "
+                                 f"FROM model_calls WHERE run_id IN ({marks}) GROUP BY run_id", ids):
+                by_id[r["run_id"]].update(calls=r["calls"], tokens_in=r["tin"], tokens_out=r["tout"])
+        if has_table(store, "runs", "kind", "forked_from_run_id"):
+            for r in rows(store, f"SELECT run_id, kind, forked_from_run_id FROM runs WHERE run_id IN ({marks})", ids):
+                by_id[r["run_id"]].update(kind=r["kind"], forked_from=r["forked_from_run_id"])
+        if feedback:  # the latest verdict (a window, not arg_max: the same SQL runs on PostgreSQL)
+            for r in rows(store, f"SELECT run_id, verdict, \"by\" AS judge FROM (SELECT run_id, verdict, \"by\", "
+                                 f"row_number() OVER (PARTITION BY run_id ORDER BY \"at\" DESC) AS nth FROM feedback "
+                                 f"WHERE run_id IN ({marks})) latest WHERE nth = 1", ids):
+                by_id[r["run_id"]].update(verdict=r["verdict"], judge=r["judge"])
+    for r in page:
+        extra = by_id[r["run_id"]]
+        r["steps"] = extra.get("steps", 0)
+        for key in ("calls", "tokens_in", "tokens_out", "kind", "forked_from", "verdict", "judge"):
+            r[key] = extra.get(key)
 
 
 def runs_version(store: Any, flt: RunFilter, feedback: Optional[bool] = None) -> str:
