@@ -53,3 +53,51 @@ def test_the_folded_graph_draws_at_most_15_nodes_and_opens_node_by_node(page):
     step = next(n for n in more if n not in drawn)
     assert step.startswith(f"s:{scenario['runs'][1].run_id}:") and "fold again" in opened
     assert web.get(f"{base}?open=nonsense").status_code == 200  # an unknown node is ignored
+
+
+def test_the_run_page_is_a_waterfall_of_steps_model_and_tool_calls_with_tokens(page):
+    scenario, web, _ = page
+    html = web.get(f"/runs/{scenario['wrong'].run_id}").text
+    part = html[html.index('id="waterfall"'):html.index('id="steps"')]
+    calls = scenario["wrong"].rows["model_calls"]
+    total_in, total_out = sum(c["input_tokens"] for c in calls), sum(c["output_tokens"] for c in calls)
+    assert f"{len(calls)} model calls, {total_in} → {total_out} tokens" in part
+    assert part.count('<tr class="wf-step">') == len(scenario["wrong"].steps) == part.count('class="bar ')
+    assert part.count('<tr class="wf-model">') == len(calls) and part.count('<tr class="wf-tool">') == 2
+    first = calls[0]
+    assert f"↳ model support-model · {first['input_tokens']} → {first['output_tokens']} tokens" in part
+    assert "waited" in part and "for support-lead" in part  # the approval: a person's wait, cut out of the scale
+
+
+def test_a_long_wait_for_a_person_is_a_gap_not_the_scale(tmp_path):
+    import time as clock
+
+    from pydantic import BaseModel
+
+    from tracemem import Pipeline, StageContext
+
+    class Ask(BaseModel):
+        question: str = ""
+        approved: bool = False
+        answer: str = ""
+
+    def ask(scope: Ask, ctx: StageContext) -> None:
+        scope.approved = bool(ctx.interrupt({"approve": scope.question}, expect=bool))
+
+    def reply(scope: Ask) -> None:
+        scope.answer = "done" if scope.approved else "no"
+
+    flow = Pipeline("asks", Ask).then(reply, id="before").then(ask).then(reply).build()
+    path = str(tmp_path / "wait.duckdb")
+    with Store(path) as store:
+        run = flow.run({"question": "ship it?"}, store=store)
+        clock.sleep(1.2)  # the person takes their time
+        run = flow.resume(run.run_id, True, store=store, by="lead")
+    html = TestClient(create_app(path), base_url="http://127.0.0.1").get(f"/runs/{run.run_id}").text
+    part = html[html.index('id="waterfall"'):html.index('id="steps"')]
+    waited = re.search(r"waited (\d+\.\d+) s for lead", part)
+    assert waited and float(waited.group(1)) >= 1.2, part
+    bars = [(float(x), float(w)) for x, w in re.findall(r'<rect x="([\d.]+)%" y="2" width="([\d.]+)%"', part)]
+    gaps = set(re.findall(r'<rect x="([\d.]+)%" y="0" width="([\d.]+)%" height="14" class="gap"', part))
+    assert len(gaps) == 1 and float(next(iter(gaps))[1]) == 4.0
+    assert max(x + w for x, w in bars) > 95  # the steps span the scale; the wait did not squeeze them to slivers

@@ -44,3 +44,9 @@ def test_the_backtrack_page_of_a_tool_agent_folds_to_the_causes(tmp_path):
         browser.find_element(By.ID, "full-graph").click()
         full = browser.find_elements(By.CSS_SELECTOR, "svg.trace-graph g.node")
         assert len(full) > 15 and browser.find_element(By.ID, "folded-graph")
+        browser.get(url + f"runs/{wrong}")  # the run page: its stage graph fits the page, no sideways scrolling
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        assert browser.find_element(By.CSS_SELECTOR, "svg.stage-graph").size["width"] <= width
+        assert browser.find_elements(By.CSS_SELECTOR, "table.waterfall tr.wf-model")
+        assert "for support-lead" in browser.find_element(By.CSS_SELECTOR, "p.wait").text
+        browser.save_screenshot(str(folder / "why-run.png"))

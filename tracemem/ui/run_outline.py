@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from .graphs import Edge, Node, layout, svg
 from .queries import rows
 
-__all__ = ["GRAPH_STAGES", "PAGER_SPAN", "Window", "paths_written", "stage_graph", "steps_span", "window"]
+__all__ = ["GRAPH_STAGES", "PAGER_SPAN", "WIDE", "Window", "paths_written", "stage_graph", "window"]
 
 GRAPH_STAGES = 150  # stages the stage graph draws unless the page asks for more
 PAGER_SPAN = 5  # pages of steps linked on either side of the one shown
@@ -79,14 +79,6 @@ def _pages(store: Any, run_id: str, lo: int, total: int, size: int) -> list[tupl
             for n, i in enumerate(shown)]
 
 
-def steps_span(store: Any, run_id: str, ended_at: Optional[int]) -> tuple[int, int]:
-    """(start, end) in ns of the whole run's steps (the end: the run's, when later): the timeline's scale."""
-    span = rows(store, "SELECT min(epoch_ns(started_at)) AS s, max(epoch_ns(ended_at)) AS e FROM steps "
-                       "WHERE run_id = ?", [run_id])[0]
-    start = span["s"] or 0
-    return start, max(span["e"] or 0, ended_at or 0, start + 1)
-
-
 def paths_written(store: Any, run_id: str, cap: int = 500) -> tuple[list[str], str]:
     """Paths the run wrote, in first-written order (at most `cap`), and the one a backtrack starts from:
     `answer` if written, else the path first written last."""
@@ -108,6 +100,9 @@ u AS MATERIALIZED (
     SELECT s.*, sum(CASE WHEN kind = 'fork-branch' AND prev_kind = 'fork-branch' AND stage <> prev_stage
                          THEN 0 ELSE 1 END) OVER (ORDER BY step) AS unit
     FROM s)"""
+
+
+WIDE = 5  # columns of boxes that fit a 1440 px page side by side
 
 
 def stage_graph(store: Any, run_id: str, href: Callable[[int, str], str], cap: int = GRAPH_STAGES) -> tuple[str, int]:
@@ -135,4 +130,6 @@ def stage_graph(store: Any, run_id: str, href: Callable[[int, str], str], cap: i
                           f"{s['stage']}: {s['n']} run(s), first at step {s['first']}"))
     arrows = [Edge(e["src"], e["dst"], "flow", e["label"] or "", e["n"]) for e in edges
               if e["src"] in keep and e["dst"] in keep]
-    return svg(layout(nodes, arrows), css_class="graph stage-graph", label=f"stage graph of {run_id}"), hidden
+    tall = len(columns) > WIDE  # more columns than a page is wide: top-down rows instead
+    return svg(layout(nodes, arrows, vertical=tall), css_class="graph stage-graph", label=f"stage graph of {run_id}"), \
+        hidden

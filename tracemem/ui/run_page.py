@@ -1,4 +1,4 @@
-"""A run's pages: the run (graph, timeline, every step), the scope at a step, and a write's full value.
+"""A run's pages: the run (graph, span waterfall, every step), the scope at a step, and a write's full value.
 
 A run id may be given by a unique prefix, as on the command line; the page then redirects to
 the full id, so links and bookmarks are stable. A run's page holds one page of its steps
@@ -19,10 +19,10 @@ from ..run import Run
 from ..store.load import load_runs
 from ..text import clip
 from .queries import has_table, resolve, rows
-from .run_outline import GRAPH_STAGES, paths_written, stage_graph, steps_span, window
+from .run_outline import GRAPH_STAGES, paths_written, stage_graph, window
 from .run_view import STEP_WINDOW, build_steps, value_text
 from .scope_diff import scope_at
-from .timeline import timeline
+from .waterfall import GAP, outline, waterfall
 from .web import render, run_url, source
 
 __all__ = ["ROUTES", "canonical", "load_steps"]
@@ -94,12 +94,12 @@ def run_page(request: Request) -> Response:
         for view in steps:  # each model call with the exact messages it sent (store/requests.py)
             for call in view.model_calls:
                 call["request"] = requests.get(call.get("call_id"))
-        rows_, hidden = timeline(run.steps, *steps_span(store, run_id, run.ended_at))
+        spans = waterfall(run, outline(store, run_id, run.ended_at), extra["tool_calls"])
         paths, path = paths_written(store, run_id)
         cap = _stages(request)
         graph, more = stage_graph(store, run_id, win.href, cap)
-        context = dict(run=run, steps=steps, graph=graph, more_stages=more, stages=cap, timeline=rows_,
-                       hidden=hidden, paths=paths, path=path, feedback=extra["feedback"], win=win,
+        context = dict(run=run, steps=steps, graph=graph, more_stages=more, stages=cap, waterfall=spans, gap=GAP,
+                       paths=paths, path=path, feedback=extra["feedback"], win=win,
                        input=json.dumps(run.input, indent=1, ensure_ascii=False, default=str),
                        output=json.dumps(json.loads(run.output_json or "null"), indent=1, ensure_ascii=False))
     return render(request, "run.html", **context)  # the file is closed again before the page is rendered
