@@ -19,6 +19,7 @@ from tracemem.cli.render import table
 from tracemem.memory import HashingEmbedder
 from tracemem.models import ScriptedModel
 from tracemem.store import Store
+from tracemem.trace import why
 
 from .extract import extract_memories
 from .model_call import call_model
@@ -165,6 +166,9 @@ def _backtrack(store: Store, wrong: Any, db: str, say: Printer) -> tuple[Any, st
     trace and that memory's id."""
     say.part(f"3. Why? Backtrack the answer, reading the run back from {db}")
     trace = store.backtrack(wrong.run_id, "answer")
+    ranked = why(trace, limit=3)
+    say(f"why(trace): {len(ranked.causes)} sources, ranked by the record (a lead; verify=k tests them); the top 3:")
+    say("\n".join(ranked.lines()[1:4]), indent=2)
     culprit = trace.influence()[0]
     say(f"trace.influence(): the prompt line most like the answer (correlational, score {culprit['score']:.2f}) is "
         f"[{'Memory' if culprit['section'] == 'memory' else culprit['section']}] {culprit['text'].strip()}")
@@ -234,6 +238,7 @@ def _explore(db: str, run_id: str, memory_id: str, say: Printer) -> None:
     cmd = _command()
     say(f"{cmd} runs --db {db}")
     say(f"{cmd} show {run_id[:8]} --db {db}")
+    say(f"{cmd} why {run_id[:8]} --verify 2 --env stages.demo:models --db {db}")
     say(f"{cmd} backtrack {run_id[:8]} answer --only memory --db {db}")
     say(f"{cmd} backtrack {run_id[:8]} answer --influence --db {db}")
     say(f"{cmd} memories --db {db}")

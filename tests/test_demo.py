@@ -35,3 +35,16 @@ def test_the_demo_marks_the_wrong_answer_and_shows_affected_and_blame(demo):
     section = printed.split("== 5.", 1)[1].split("== 6.", 1)[0]
     assert "store.affected('m_" in section and "1 run(s)" in section and "answer" in section
     assert "store.blame(): statistical: Ochiai" in section
+
+
+def test_the_demo_answers_why_with_the_memory_first_and_where_it_was_learned(demo):
+    path, printed = demo
+    section = printed.split("== 3.", 1)[1].split("== 4.", 1)[0].splitlines()
+    at = next(i for i, line in enumerate(section) if line.startswith("why(trace): "))
+    first = section[at + 1].strip()
+    with Store(path, read_only=True) as store:
+        [(memory_id, learned)] = store.sql("SELECT memory_id, source_run_id FROM memories "
+                                           "WHERE text LIKE '%365 days%'").fetchall()
+    assert first.startswith(f"1. memory {memory_id} \"User's refund window is 365 days\"")
+    assert f"learned in run {learned[:8]} turn t2" in first
+    assert "why " in printed.split("== Explore it yourself", 1)[1]

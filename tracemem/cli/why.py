@@ -1,7 +1,7 @@
 """`tracemem why RUN [PATH]`: the sources a value rests on, ranked, one line each; `--verify K` tests the top K.
 
 The answer `tracemem backtrack` gives is the whole graph; this one names the causes (see
-`tracemem.trace.why`). Verifying re-asks the answering model call, so it needs the model:
+`tracemem.trace.ranked`). Verifying re-asks the answering model call, so it needs the model:
 `--env MODULE:ATTR` names the env (its 'model' key, or its only model), as for `counterfactual`.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..trace.why import why
+from ..trace.ranked import why
 from .common import Commands, open_store, positive_int, resolve_run, wants_json
 from .loading import load_env
 from .render import to_json

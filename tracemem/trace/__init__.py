@@ -6,6 +6,6 @@ with `verify=k` and a model, tested).
 """
 from .causes import Cause
 from .trace import KINDS, Trace, describe, describe_decision
-from .why import Why, why
+from .ranked import Why, why
 
 __all__ = ["KINDS", "Cause", "Trace", "Why", "describe", "describe_decision", "why"]

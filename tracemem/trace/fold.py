@@ -14,7 +14,7 @@ from typing import Iterable
 
 import networkx as nx
 
-from .why import Why
+from .ranked import Why
 
 __all__ = ["MOST", "TOP", "fold"]
 
