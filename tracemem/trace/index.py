@@ -1,4 +1,9 @@
-"""Lookups over one run's record, built once per run a backtrack walks through."""
+"""Lookups over one run's record, built once per run a backtrack walks through.
+
+`RunIndex` holds a loaded run whole; `StoredIndex` (trace/stored_index.py) answers the same questions
+from the store, a block of steps at a time, for a run too long to load (the viewer's backtrack page).
+The walker asks only through these members.
+"""
 from __future__ import annotations
 
 import json
@@ -43,6 +48,29 @@ class RunIndex:
             n = min(len(p), len(wanted))
             if p[:n] == wanted[:n]:
                 return w
+        return None
+
+    def previous(self, w: Write) -> Optional[Write]:
+        """The committed write of `w`'s field just before `w` (None: `w` is its first)."""
+        pos = self.position[(w.step, w.seq)]
+        return self.by_root[parse_path(w.path)[0]][pos - 1] if pos > 0 else None
+
+    def last_upto(self, field: str, step: int) -> Optional[Write]:
+        """The last committed write of `field` at or before step `step`."""
+        before = [w for w in self.by_root.get(field, ()) if w.step <= step]
+        return before[-1] if before else None
+
+    def sections(self, prompt_id: str) -> list[dict[str, Any]]:
+        """The sections of prompt `prompt_id`, in order."""
+        return [r for r in self.run.rows.get("prompt_sections", ()) if r["prompt_id"] == prompt_id]
+
+    def fields(self) -> Optional[list[str]]:
+        """The fields the run wrote, when its record does not hold its writes (None: it does)."""
+        return None
+
+    def own_writes(self, root: str) -> Optional[list[Write]]:
+        """This run's committed writes of field `root` when its thread (`run.thread`) cannot hold them; None:
+        it does."""
         return None
 
     def model_output(self, read: Read) -> bool:

@@ -46,10 +46,6 @@ class Walker(Protocol):
     def read_sources(self, node: str, idx: RunIndex, reads: Iterable[Read], depth: int) -> None: ...
 
 
-def _sections(idx: RunIndex, prompt_id: str) -> list[dict[str, Any]]:
-    return [r for r in idx.run.rows.get("prompt_sections", ()) if r["prompt_id"] == prompt_id]
-
-
 def _json(value: Any) -> Any:
     """A JSON column as Python: live rows hold the object, rows loaded back hold its text."""
     if isinstance(value, str):
@@ -107,7 +103,7 @@ def _expand_call(w: "Walker", node: str, depth: int, idx: RunIndex, call: dict[s
 
 def _prompt_sections(w: "Walker", node: str, depth: int, idx: RunIndex, prompt_id: str) -> None:
     counters: dict[str, int] = {}
-    for s in _sections(idx, prompt_id):
+    for s in idx.sections(prompt_id):
         counters[s["kind"]] = counters.get(s["kind"], 0) + 1
         child = f"ps:{s['prompt_id']}:{s['idx']}"
         if w.add(child, depth + 1, idx, (_expand_section, s), kind="prompt_section", run_id=idx.run.run_id,

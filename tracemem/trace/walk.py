@@ -30,14 +30,15 @@ WINDOW = 64  # turns of a thread read from the store at a time
 class Walker:
     """Breadth-first walk adding nodes and edges, across runs when a store is at hand."""
 
-    def __init__(self, trace: "Trace", max_depth: int, max_nodes: int, cross_runs: bool) -> None:
+    def __init__(self, trace: "Trace", max_depth: int, max_nodes: int, cross_runs: bool,
+                 index: Optional[Any] = None) -> None:
         self.trace = trace
         self.g = trace.graph
         self.max_depth = max_depth
         self.max_nodes = max_nodes
         self.cross_runs = cross_runs
         self.queue: deque[tuple[str, int, RunIndex, Any]] = deque()
-        self.indexes: dict[str, RunIndex] = {trace.run_id: RunIndex(trace.run)}
+        self.indexes: dict[str, RunIndex] = {trace.run_id: index if index is not None else RunIndex(trace.run)}
         self.store = trace.run.store
         self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
         self.threads: dict[str, tuple[list[ThreadRun], int]] = {}  # run id → (its thread, its position)
@@ -124,9 +125,9 @@ class Walker:
             source = self.index(forked) if forked else None
             if source is None:
                 break
-            before = [w for w in source.by_root.get(field, ()) if w.step <= (idx.run.forked_from_step or 0)]
-            if before:
-                return self.write_node(source, before[-1], depth)
+            before = source.last_upto(field, idx.run.forked_from_step or 0)
+            if before is not None:
+                return self.write_node(source, before, depth)
             idx = source
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
@@ -163,8 +164,10 @@ class Walker:
         key = (id(full), root)
         filtered = self.by_root.get(key)
         if filtered is None:
-            filtered = self.by_root[key] = [t._replace(writes=[w for w in t.writes if root_of(w.path) == root])
-                                            for t in full]
+            own = idx.own_writes(root)
+            filtered = self.by_root[key] = [
+                t._replace(writes=own if own is not None and t.run_id == idx.run.run_id
+                           else [w for w in t.writes if root_of(w.path) == root]) for t in full]
         return filtered[:position + 1]
 
     def element_write(self, idx: RunIndex, root: str, index: int,
@@ -252,12 +255,11 @@ class Walker:
             whole_element = node == self.element_root and (w.verb == "append" or (
                 w.verb == "set" and len(parse_path(w.path)) == 2))
             if not whole_element and (w.verb != "set" or "." in w.path or "[" in w.path):
-                root = parse_path(w.path)[0]
-                pos = idx.position[(w.step, w.seq)]
-                if pos > 0:
-                    self.link(node, self.write_node(idx, idx.by_root[root][pos - 1], depth + 1), "compose")
+                earlier = idx.previous(w)
+                if earlier is not None:
+                    self.link(node, self.write_node(idx, earlier, depth + 1), "compose")
                 else:
-                    self.link(node, self.origin(idx, root, depth + 1), "compose")
+                    self.link(node, self.origin(idx, str(parse_path(w.path)[0]), depth + 1), "compose")
             self.control(node, idx, w.step, depth)
             if idx.steps[w.step].child_run_id:
                 self.into_subflow(node, idx, w, depth)
@@ -313,30 +315,34 @@ def producer(walker: Walker, idx: RunIndex, root: str, index: int,
     return walker.index(run_id, live), produced, position
 
 
-def scope_fields(run: "RunRecord") -> Optional[list[str]]:
+def scope_fields(run: "RunRecord", written: Optional[list[str]] = None) -> Optional[list[str]]:
     """The fields of the run's scope: from its schema when known, else from the recorded paths (the
-    starting scope and the writes); None when neither can tell (a resumed run of an unknown scope)."""
+    starting scope and the writes' fields, or `written` when given); None when neither can tell (a resumed
+    run of an unknown scope)."""
     if run.schema is not None:
         return list(run.schema.fields)
     if run.continues:
         return None
     fields = list(json.loads(run.input_json) if run.input_json else {})
-    for w in run.writes:
-        if root_of(w.path) not in fields:
-            fields.append(root_of(w.path))
+    for root in written if written is not None else (root_of(w.path) for w in run.writes):
+        if root not in fields:
+            fields.append(root)
     return fields
 
 
 def backtrack(run: "RunRecord", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
-              cross_runs: bool = True) -> Trace:
+              cross_runs: bool = True, index: Optional[Any] = None) -> Trace:
     """Build the Trace of the last write of `path` in `run` (see `tracemem.trace.trace`). A path whose field
-    the scope does not have is an error listing the fields (a field it has but never wrote is `missing`)."""
-    field, fields = parse_path(path)[0], scope_fields(run)  # parse_path: a malformed path is a PathError
+    the scope does not have is an error listing the fields (a field it has but never wrote is `missing`).
+    `index`: how to look the run up (a `StoredIndex` for a run loaded without its steps; a `RunIndex` of it
+    by default)."""
+    written = index.fields() if index is not None else None
+    field, fields = parse_path(path)[0], scope_fields(run, written)  # parse_path: a malformed path is a PathError
     if fields is not None and field not in fields:
         raise PathError(f"'{path}': run {run.run_id} of '{run.pipeline}' has no field '{field}'; "
                         f"its fields: {', '.join(fields)}")
     trace = Trace(run, path)
-    walker = Walker(trace, max_depth, max_nodes, cross_runs)
+    walker = Walker(trace, max_depth, max_nodes, cross_runs, index)
     idx = walker.indexes[run.run_id]
     wanted = parse_path(path)
     if len(wanted) >= 2 and isinstance(wanted[1], int):  # a list element: the write that produced it

@@ -18,8 +18,10 @@ from urllib.parse import urlencode
 from ..cli.render import to_json
 from ..errors import UsageError
 from ..trace import why
+from ..trace.stored_index import StoredIndex
+from ..trace.walk import backtrack
 from .run_outline import paths_written
-from .run_page import canonical
+from .run_page import canonical, load_steps
 from .trace_view import folded_svg, memory_sources, trace_svg
 from .web import render, run_url, source
 
@@ -41,7 +43,9 @@ def _bound(request: Request, name: str, default: int, most: int) -> int:
 
 
 def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[str], str]:
-    run = store.run(run_id)
+    """The run (its head: the walk loads the steps it reaches, trace/stored_index.py) and the trace asked for."""
+    run = load_steps(store, run_id, -1, -1)
+    index = StoredIndex(store, run, lambda first, last: load_steps(store, run_id, first, last))
     paths, default = paths_written(store, run_id)
     given = [p.strip() for p in request.query_params.getlist("path") if p.strip()]  # the typed path wins
     path = given[-1] if given else default
@@ -49,7 +53,7 @@ def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[st
         raise UsageError(f"run {run_id} wrote nothing, so there is no value to backtrack; pick another run")
     depth = _bound(request, "depth", DEPTH, 100_000)
     nodes = _bound(request, "nodes", NODES, 20_000)
-    return run, run.backtrack(path, max_depth=depth, max_nodes=nodes), paths, path
+    return run, backtrack(run, path, max_depth=depth, max_nodes=nodes, index=index), paths, path
 
 
 def backtrack_page(request: Request) -> Response:
