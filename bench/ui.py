@@ -1,17 +1,20 @@
 """Server time of the viewer's pages (`tracemem ui`) on a big store. Prints figures; asserts nothing.
 
-    python bench/ui.py [--runs 100000] [--steps 1000] [--reps 5]
+    python bench/ui.py [--runs 100000] [--steps 1000] [--huge 200000] [--reps 5]
 
 Builds one store file with:
 - `--runs` recorded runs: one real 7-stage run (recorded by a flow), copied with new ids, times,
   pipelines, subjects and statuses by SQL inside DuckDB, so filling 100k runs takes seconds;
-- one real run of about `--steps` steps (a three-stage loop) whose answer depends on every round.
+- one real run of about `--steps` steps (a three-stage loop) whose answer depends on every round;
+- one real run of about `--huge` steps (a counter and its loop decider, each round reading the
+  last): a page of it, and its backtrack, must cost what they cost for a short run.
 
 Then asks the app in process (Starlette's TestClient, no network) for each page and reads the
 `Server-Timing` header the app sets (time until the response head, page rendered), median of
 `--reps` after one warm-up. Goals: the runs page ≤ 200 ms at 100k runs; the run page and the
-backtrack page of a 1,000-step run ≤ 300 ms each. The baseline, measured in the same run, is
-what every request pays before any page work: opening the store read-only and closing it (the
+backtrack page of a 1,000-step run ≤ 300 ms each, of a 200,000-step run ≤ 1 s each. The baseline,
+measured in the same run, is what every request pays before any page work: opening the store
+read-only and closing it (the
 viewer never keeps the file open, so an agent can always start beside it).
 """
 from __future__ import annotations
@@ -73,6 +76,28 @@ def again(s: Chat) -> bool:
 ROUNDS = [333]
 
 
+class Count(BaseModel):
+    n: int = 0
+    answer: str = ""
+
+
+def bump(s: Count) -> None:
+    s.n += 1
+
+
+def counted(s: Count) -> None:
+    s.answer = f"counted {s.n}"
+
+
+def huge_run(path: str, steps: int) -> str:
+    """A run of about `steps` steps: a counter and its loop decider, round after round, then the answer."""
+    rounds = max(1, steps // 2)
+    counter = (Pipeline("counter", Count, max_iterations=rounds + 5).then(bump)
+               .loop_to("bump", when=lambda s: s.n < rounds, max_iterations=rounds + 5).then(counted).build())
+    with Store(path) as store:
+        return counter.run({}, store=store).run_id
+
+
 def fill(path: str, runs: int, steps: int) -> tuple[str, float]:
     """The store described in the module docstring; returns the long run's id and the fill time."""
     started = time.perf_counter()
@@ -106,6 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--huge", type=int, default=200_000, help="steps of the huge run (0: none)")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     from starlette.testclient import TestClient
@@ -116,18 +142,22 @@ def main() -> None:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     path = os.path.join(folder, "ui.duckdb")
     long_id, fill_s = fill(path, args.runs, args.steps)
+    started = time.perf_counter()
+    huge_id = huge_run(path, args.huge) if args.huge else None
+    huge_s = time.perf_counter() - started
     with Store(path, read_only=True) as store:
-        total, steps = store.sql("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM steps WHERE run_id = ?)",
-                                 [long_id]).fetchall()[0]
-    print(f"store: {total:,} runs, {os.path.getsize(path) / 1e6:.1f} MB, filled in {fill_s:.1f} s; "
-          f"long run {long_id[:8]}: {steps} steps")
+        total, steps, huge = store.sql(
+            "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM steps WHERE run_id = ?), "
+            "(SELECT count(*) FROM steps WHERE run_id = ?)", [long_id, huge_id]).fetchall()[0]
+    print(f"store: {total:,} runs, {os.path.getsize(path) / 1e6:.1f} MB, filled in {fill_s:.1f} s; long run "
+          f"{long_id[:8]}: {steps} steps; huge run {str(huge_id)[:8]}: {huge:,} steps, recorded in {huge_s:.1f} s")
 
     def open_close() -> float:
         start = time.perf_counter()
         Store(path, read_only=True, snapshot_if_locked=True, embedder=None, snapshot_embedder=None).close()
         return (time.perf_counter() - start) * 1000
 
-    web = TestClient(create_app(path), base_url="http://127.0.0.1")
+    web = TestClient(create_app(path, timeout=600), base_url="http://127.0.0.1")  # (a bench: no time limit)
     nodes: dict[str, str] = {}
 
     token = re.search(r'name="token" value="([^"]+)"', web.get("/sql").text).group(1)
@@ -152,6 +182,10 @@ def main() -> None:
              ("  same, whole walk (depth 100k)", f"/runs/{long_id}/backtrack?path=answer&depth=100000&nodes=20000",
               None),
              ("scope page, middle step", f"/runs/{long_id}/scope/{max(1, steps // 2)}", None),
+             *([(f"run page, {huge:,}-step run", f"/runs/{huge_id}", 1000),
+                ("  same, a page in the middle", f"/runs/{huge_id}?at={huge // 2}", 1000),
+                (f"backtrack page, {huge:,}-step run", f"/runs/{huge_id}/backtrack?path=answer", 1000)]
+               if huge_id else []),
              ("memory page", "/memories", None),
              ("SQL page (fenced), GROUP BY", "POST /sql?q=SELECT+status,count(*)+FROM+runs+GROUP+BY+1", None)]
     samples: dict[str, list[float]] = {"baseline": []}
