@@ -21,12 +21,14 @@ from ..trace import why
 from ..trace.stored_index import StoredIndex
 from ..trace.walk import backtrack
 from .run_outline import paths_written
+from .queries import rows
 from .run_page import canonical, load_steps
 from .trace_view import folded_svg, memory_sources, trace_svg
 from .web import render, run_url, source
 
 __all__ = ["DEPTH", "NODES", "ONLY_KINDS", "ROUTES"]
 
+WHOLE = 5000  # steps of a run loaded whole for a backtrack (fewer queries than reading it block by block)
 DEPTH, NODES = 64, 2000  # run.backtrack's own budget, unless the page asks for a deeper walk
 ONLY_KINDS = ("memory", "model_call", "prompt_section", "run", "decision", "input", "step")
 
@@ -43,9 +45,12 @@ def _bound(request: Request, name: str, default: int, most: int) -> int:
 
 
 def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[str], str]:
-    """The run (its head: the walk loads the steps it reaches, trace/stored_index.py) and the trace asked for."""
-    run = load_steps(store, run_id, -1, -1)
-    index = StoredIndex(store, run, lambda first, last: load_steps(store, run_id, first, last))
+    """The run and the trace asked for. A run of up to WHOLE steps is loaded whole; a longer one by its head, the
+    walk loading the blocks of steps it reaches (trace/stored_index.py), so its cost follows the walk."""
+    total = rows(store, "SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id])[0]["n"]
+    run = load_steps(store, run_id, None if total <= WHOLE else -1, None if total <= WHOLE else -1)
+    index = None if total <= WHOLE else StoredIndex(store, run, lambda first, last: load_steps(store, run_id, first,
+                                                                                                last))
     paths, default = paths_written(store, run_id)
     given = [p.strip() for p in request.query_params.getlist("path") if p.strip()]  # the typed path wins
     path = given[-1] if given else default
