@@ -115,3 +115,32 @@ def test_bad_input_is_refused_saying_what_to_do(played):
         with pytest.raises(UsageError, match="limit"):
             why(run, "answer", limit=0)
         assert "never written" in str(why(run, "snapshot"))
+
+
+def test_blame_verified_ranks_the_memory_that_decided_the_wrong_answer_above_what_rode_along(tmp_path, capsys):
+    path = str(tmp_path / "blame.duckdb")
+    with Store(path) as store:
+        scenario = ws.play(store)
+        for right in scenario["runs"][:-1]:
+            store.feedback(right.run_id, "right", by="qa")
+        store.feedback(scenario["wrong"].run_id, "wrong", by="qa")
+        plain = store.blame()
+        assert all(not (b.kind == "section" and b.id.startswith("recall:")) for b in plain.ranked)  # carries recall
+        top = plain.ranked[0]
+        assert top.kind == "memory" and top.score == 1.0  # the statistics cannot tell the planted one from a decoy
+        env = ws.env()
+        report = store.blame(verify=6, env=env)
+        assert len(env["model"].calls) == 6 and report.verified == 1 and "verified" in report.basis
+        first = report.ranked[0]
+        assert (first.kind, first.id, first.decided) == ("memory", scenario["planted"], 1)
+        decoy = next(b for b in report.ranked if b.id == ws_memory(scenario, ws.DECOYS[3]))  # shares words, same score
+        assert decoy.decided == 0 and decoy.score == first.score
+        assert "decided 1 of 1 verified wrong answers" in str(report).splitlines()[1]
+    env_file = os.path.join(HERE, "why_scenario.py") + ":env"
+    assert cli(["blame", "--verify", "2", "--env", env_file, "--db", path]) == 0
+    out = capsys.readouterr().out
+    assert "decided" in out and f"memory:{scenario['planted']}" in out.splitlines()[4]  # basis, counts, head, rule
+
+
+def ws_memory(scenario, text):
+    return scenario["memories"][text]

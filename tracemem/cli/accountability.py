@@ -30,6 +30,11 @@ def setup_blame(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help="only runs of this pipeline")
     p.add_argument("--subject", help="only runs for this subject")
     p.add_argument("--limit", type=positive_int, default=20, help="how many sources to show (default 20)")
+    p.add_argument("--verify", type=positive_int, metavar="K", help="also test: re-ask each of the latest 20 wrong "
+                   "answers' answering model call without its top K sources (K model calls each, recorded) and rank "
+                   "the sources that decided more of them first; needs --env")
+    p.add_argument("--env", help="with --verify: MODULE:ATTR of the env holding the model (its 'model' key, or its "
+                                 "only model)")
 
 
 def setup_counterfactual(p: argparse.ArgumentParser) -> None:
@@ -74,16 +79,19 @@ def cmd_affected(args: argparse.Namespace, out: Any) -> None:
 
 def cmd_blame(args: argparse.Namespace, out: Any) -> None:
     where = {k: v for k, v in (("pipeline", args.pipeline), ("subject", args.subject)) if v}
-    with open_store(args) as store:
-        report = store.blame(path=args.path, where=where, limit=args.limit)
+    verify = {"verify": args.verify, "env": load_env(args.env)} if args.verify else {}
+    with open_store(args, write=bool(args.verify)) as store:  # each re-ask is recorded
+        report = store.blame(path=args.path, where=where, limit=args.limit, **verify)
     if wants_json(args):
         print(to_json({"wrong": report.wrong, "right": report.right, "basis": report.basis,
                        "ranked": [asdict(b) for b in report.ranked]}), file=out)
         return
     print(f"{report.basis}", file=out)
     print(f"over {report.wrong} run(s) judged wrong and {report.right} judged right", file=out)
-    print(table(["ochiai", "wrong with", "right with", "wrong without", "source"],
-                [[b.score, b.wrong_with, b.right_with, b.wrong_without, f"{b.kind}:{b.id}"] for b in report.ranked],
+    decided = ["decided"] if report.verified else []
+    print(table(decided + ["ochiai", "wrong with", "right with", "wrong without", "source"],
+                [([b.decided if b.decided is not None else "-"] if report.verified else [])
+                 + [b.score, b.wrong_with, b.right_with, b.wrong_without, f"{b.kind}:{b.id}"] for b in report.ranked],
                 width=60), file=out)
 
 

@@ -11,7 +11,10 @@ loaded as snapshots) a line it covered. A source is scored with Ochiai,
 where ef / ep are the wrong / right runs that used it and nf the wrong runs that did
 not. The counts are reported beside the score. It is statistical: a source that
 always rides along with a faulty one scores as high; `trace.counterfactual` tests
-one source causally.
+one source causally, and `verify=k` (`verified`) tests many: each wrong answer's
+answering model call is re-asked without its top k sources (`tracemem.trace.why`),
+and a source that decided more wrong answers ranks first. Sources are those `why`
+names: a prompt section that only carries recall (the [Memory] intro) is none.
 """
 from __future__ import annotations
 
@@ -22,17 +25,22 @@ from typing import Any, Optional
 
 from ..errors import UsageError
 from ..times import utc_naive
+from ..trace.ranked import why
 
 BASIS = ("statistical: Ochiai spectrum-based fault localisation over runs judged wrong vs right; "
          "co-occurrence, not cause — test a source with trace.counterfactual")
 FILTERS = ("pipeline", "pipeline_hash", "subject")
+VERIFIED = ("verified: each of {n} wrong answer(s) re-asked without its top {k} source(s) (tracemem.trace.why); "
+            "sources that decided more of them first, then Ochiai")
+KIND_ORDER = {"memory": 0, "snapshot": 1, "tool": 2, "section": 3, "model": 4, "stage": 5}  # what was brought in,
+# before what carried it, when the statistics tie
 
 # Each source a run (or one of its child runs: `family`) used: (run, kind, id).
 SOURCES_SQL = """
     SELECT run_id, 'memory' AS kind, memory_id AS id FROM memory_uses
         WHERE outcome = 'injected' AND run_id IN (SELECT run_id FROM family)
     UNION SELECT run_id, 'section', source_kind || ':' || source_id FROM prompt_sections
-        WHERE source_kind IS NOT NULL AND source_id IS NOT NULL AND source_kind <> 'memory'
+        WHERE source_kind IS NOT NULL AND source_id IS NOT NULL AND source_kind NOT IN ('memory', 'recall')
         AND run_id IN (SELECT run_id FROM family)
     UNION SELECT s.run_id, 'stage', s.stage || '@' || r.pipeline_hash FROM steps s JOIN runs r USING (run_id)
         WHERE s.status = 'ok' AND s.run_id IN (SELECT run_id FROM family)
@@ -51,6 +59,8 @@ class Blamed:
     wrong_with: int  # ef: runs judged wrong that used it
     right_with: int  # ep: runs judged right that used it
     wrong_without: int  # nf: runs judged wrong that did not
+    decided: Optional[int] = None  # verified: wrong answers it was decisive for (None: not verified)
+    change: float = 0.0  # verified: how much those answers changed without it, summed
 
 
 @dataclass
@@ -61,12 +71,14 @@ class BlameReport:
     wrong: int  # runs judged wrong
     right: int  # runs judged right
     basis: str = BASIS
+    verified: int = 0  # wrong runs whose answering call was re-asked (verify=k)
 
     def __str__(self) -> str:
         lines = [f"blame over {self.wrong} wrong and {self.right} right runs ({self.basis})"]
         for b in self.ranked:
-            lines.append(f"  {b.score:.3f}  {b.kind}:{b.id}  wrong with {b.wrong_with}, right with {b.right_with}, "
-                         f"wrong without {b.wrong_without}")
+            decided = f"decided {b.decided} of {self.verified} verified wrong answers; " if b.decided is not None else ""
+            lines.append(f"  {b.score:.3f}  {b.kind}:{b.id}  {decided}wrong with {b.wrong_with}, right with "
+                         f"{b.right_with}, wrong without {b.wrong_without}")
         return "\n".join(lines)
 
 
@@ -107,5 +119,51 @@ def blame(con: Any, *, path: str = "answer", where: Optional[dict[str, Any]] = N
     for kind, id_, ef, ep in rows:
         score = ef / math.sqrt(wrong * (ef + ep)) if wrong and ef else 0.0
         ranked.append(Blamed(kind, id_, round(score, 4), ef, ep, wrong - ef))
-    ranked.sort(key=lambda b: (-b.score, -b.wrong_with, b.right_with, b.kind, b.id))
+    ranked.sort(key=lambda b: (-b.score, -b.wrong_with, b.right_with, KIND_ORDER.get(b.kind, 9), b.kind, b.id))
     return BlameReport(ranked[:limit], wrong, right)
+
+
+def _key(trace: Any, cause: Any) -> Optional[tuple[str, str]]:
+    """The (kind, id) blame counts a `why` cause under (None: a kind blame does not count)."""
+    d = trace.graph.nodes[cause.node]
+    if cause.kind == "memory":
+        return "memory", cause.cut["memory_id"]
+    if cause.kind == "prompt" and d.get("source_kind") and d.get("source_id"):
+        return "section", f"{d['source_kind']}:{d['source_id']}"
+    if cause.kind == "tool":
+        return "tool", d["name"]
+    if cause.kind == "snapshot":
+        return "snapshot", d["run_id"]
+    return None
+
+
+def verified(store: Any, report: BlameReport, wrong_runs: list[str], path: str, k: int, model: Any = None,
+             env: Any = None) -> BlameReport:
+    """`report` re-ranked by verification: each of `wrong_runs` answered `why(run, path, verify=k)` (k model
+    calls each, recorded); sources that decided more wrong answers first (then by how much the answers
+    changed without them, then by Ochiai). A source no run tested keeps its place after those tested."""
+    decided: dict[tuple[str, str], list[float]] = {}
+    tested: set[tuple[str, str]] = set()
+    for run_id in wrong_runs:
+        answer = why(store.run(run_id), path, verify=k, model=model, env=env, store=store)
+        for cause in answer.causes:
+            key = _key(answer.trace, cause)
+            if key is None or cause.decisive is None:
+                continue
+            tested.add(key)
+            if cause.decisive:
+                decided.setdefault(key, []).append(cause.change or 0.0)
+    ranked = [Blamed(b.kind, b.id, b.score, b.wrong_with, b.right_with, b.wrong_without,
+                     len(decided.get((b.kind, b.id), ())) if (b.kind, b.id) in tested else None,
+                     round(sum(decided.get((b.kind, b.id), ())), 4)) for b in report.ranked]
+    ranked.sort(key=lambda b: (b.decided is None, -(b.decided or 0), -b.change))  # stable: Ochiai order within
+    return BlameReport(ranked, report.wrong, report.right, VERIFIED.format(n=len(wrong_runs), k=k), len(wrong_runs))
+
+
+def wrong_runs(con: Any, path: str, limit: int) -> list[str]:
+    """The latest `limit` runs whose latest judgement on `path` says wrong."""
+    return [r[0] for r in con.execute("""
+        SELECT run_id FROM (SELECT run_id, verdict, score, "at", row_number() OVER (PARTITION BY run_id
+                            ORDER BY "at" DESC) AS nth FROM feedback WHERE path = ?) latest
+        WHERE nth = 1 AND (verdict = 'wrong' OR (verdict = 'score' AND score < 0.5))
+        ORDER BY "at" DESC, run_id LIMIT ?""", [path, int(limit)]).fetchall()]

@@ -41,7 +41,7 @@ from ..scope.schema import ScopeSchema
 from .affected import AffectedReport, affected
 from .backend import Backend, is_postgres_url, open_backend
 from .backlog import BATCH_COST, MAX_COST, MAX_LAG
-from .blame import BlameReport, blame
+from .blame import BlameReport, blame, verified, wrong_runs
 from .claims import claim, release
 from .feedback import Feedback
 from .feedback import record as record_feedback
@@ -336,13 +336,15 @@ class Store:
         with self.lock:
             return affected(self._cursor(), source)
 
-    def blame(self, *, path: str = "answer", where: Optional[dict[str, Any]] = None,
-              since: Optional[datetime] = None, until: Optional[datetime] = None, limit: int = 20) -> BlameReport:
-        """Sources ranked by how strongly they go with answers judged wrong (Ochiai; statistical)."""
+    def blame(self, *, path: str = "answer", where: Optional[dict[str, Any]] = None, since: Optional[datetime] = None,
+              until: Optional[datetime] = None, limit: int = 20, verify: int = 0, **model: Any) -> BlameReport:
+        """Sources ranked by going with wrong answers (Ochiai); `verify=k`, `model=`: tested too (store/blame.py)."""
         self.flush()
         with self.lock:
-            return blame(self._cursor(), path=path, where=where, since=since, until=until, limit=limit,
-                         tool_sources="tool_calls" in self.tables())
+            report = blame(self.backend.cursor(), path=path, where=where, since=since, until=until, limit=limit,
+                           tool_sources="tool_calls" in self.tables())
+            runs = wrong_runs(self.backend.cursor(), path, 20) if verify else []
+        return verified(self, report, runs, path, verify, **model) if verify else report
 
     def suspect(self, run_ids: Iterable[str]) -> dict[str, str]:
         """Why each of `run_ids` is suspect (marked wrong, or resting on a since-flagged memory or a
