@@ -144,3 +144,14 @@ def test_blame_verified_ranks_the_memory_that_decided_the_wrong_answer_above_wha
 
 def ws_memory(scenario, text):
     return scenario["memories"][text]
+
+
+def test_asked_for_more_a_memorys_provenance_follows_all_the_extracting_step_read(played):
+    with Store(played["path"], read_only=True) as store:
+        run = store.run(played["wrong"].run_id)
+        whole = run.backtrack("answer", provenance="step")
+        with pytest.raises(UsageError, match="provenance"):
+            run.backtrack("answer", provenance="everything")
+    earlier = played["runs"][1].run_id
+    assert any(d.get("run_id") == earlier and d.get("kind") == "write" and d.get("path") == "answer"
+               for _, d in whole.graph.nodes(data=True)), "the assistant's reply of the turn it was learned in"

@@ -266,11 +266,13 @@ class Run:
 
     # -- backtracking ---------------------------------------------------------------
     def backtrack(self, path: str, *, max_depth: int = 64, max_nodes: int = 2000,
-                  cross_runs: bool = True) -> "Trace":
-        """The causal graph of the last write of `path`: see `tracemem.trace`."""
+                  cross_runs: bool = True, provenance: str = "turn") -> "Trace":
+        """The causal graph of the last write of `path`: see `tracemem.trace`. Under a memory it follows the
+        user's words and the extractor's reply (`provenance="step"`: all the extracting step read)."""
         from .trace.walk import backtrack
 
-        return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs)
+        return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs,
+                         provenance=provenance)
 
 
 def _final(run: Run) -> Any:

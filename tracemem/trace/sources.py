@@ -29,6 +29,7 @@ class Walker(Protocol):
 
     g: nx.DiGraph
     cross_runs: bool
+    provenance: str  # under a memory: "turn" (the user's words and the extractor's reply) or "step" (all it read)
     store: Optional[RunLoader]
 
     def index(self, run_id: str, live: Optional[RunRecord] = None) -> Optional[RunIndex]: ...
@@ -149,7 +150,7 @@ def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], 
         return
     if record.source_step is None:
         return
-    child = w.step_node(origin, record.source_step, depth + 1, turn_only=True)
+    child = w.step_node(origin, record.source_step, depth + 1, turn_only=w.provenance == "turn")
     w.g.nodes[child]["source_ref"] = record.source_ref
     w.g.nodes[child]["extracted"] = record.memory_id
     w.link(node, child, "provenance")

@@ -15,7 +15,7 @@ import json
 from collections import deque
 from typing import Any, Iterable, Optional
 
-from ..errors import PathError
+from ..errors import PathError, UsageError
 from ..record import Read, RunRecord, ThreadRun, Write
 from ..scope.paths import parse_path, root_of
 from . import sources
@@ -45,6 +45,7 @@ class Walker:
         self.by_root: dict[tuple[int, str], list[ThreadRun]] = {}  # (id of a thread, field) → its writes there
         self.loaded: dict[str, "RunRecord"] = {}  # runs read from the store, not yet indexed
         self.absent: set[str] = set()  # runs asked for and not in the store
+        self.provenance = "turn"  # under a memory: "turn" (the user's words, the extractor's reply) or "step"
 
     def index(self, run_id: str, live: Optional["RunRecord"] = None) -> Optional[RunIndex]:
         if run_id not in self.indexes and live is not None:
@@ -331,11 +332,15 @@ def scope_fields(run: "RunRecord", written: Optional[list[str]] = None) -> Optio
 
 
 def backtrack(run: "RunRecord", path: str, *, max_depth: int = 64, max_nodes: int = 2000,
-              cross_runs: bool = True, index: Optional[Any] = None) -> Trace:
+              cross_runs: bool = True, index: Optional[Any] = None, provenance: str = "turn") -> Trace:
     """Build the Trace of the last write of `path` in `run` (see `tracemem.trace.trace`). A path whose field
     the scope does not have is an error listing the fields (a field it has but never wrote is `missing`).
     `index`: how to look the run up (a `StoredIndex` for a run loaded without its steps; a `RunIndex` of it
-    by default)."""
+    by default). `provenance`: under a memory, "turn" follows the user's words and the extractor's reply
+    only; "step" everything the extracting step read (the assistant's reply included)."""
+    if provenance not in ("turn", "step"):
+        raise UsageError(f"backtrack(provenance=...) is 'turn' (the user's words) or 'step' (all the extracting "
+                         f"step read), got {provenance!r}")
     written = index.fields() if index is not None else None
     field, fields = parse_path(path)[0], scope_fields(run, written)  # parse_path: a malformed path is a PathError
     if fields is not None and field not in fields:
@@ -343,6 +348,7 @@ def backtrack(run: "RunRecord", path: str, *, max_depth: int = 64, max_nodes: in
                         f"its fields: {', '.join(fields)}")
     trace = Trace(run, path)
     walker = Walker(trace, max_depth, max_nodes, cross_runs, index)
+    walker.provenance = provenance
     idx = walker.indexes[run.run_id]
     wanted = parse_path(path)
     if len(wanted) >= 2 and isinstance(wanted[1], int):  # a list element: the write that produced it
