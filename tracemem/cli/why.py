@@ -15,21 +15,11 @@ from .loading import load_env
 from .render import to_json
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"takes a number of at least 0, got {value}")
-    return value
-
-
 def setup_why(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run id or a unique prefix of one")
     p.add_argument("path", nargs="?", default="answer", help="a scope path (default: answer)")
     p.add_argument("--limit", type=positive_int, default=8, metavar="N", help="show the top N sources (default 8)")
-    p.add_argument("--verify", type=_count, default=0, metavar="K",
+    p.add_argument("--verify", type=positive_int, default=0, metavar="K",
                    help="re-ask the answering model call without each of the top K sources (K model calls, each "
                         "recorded as a run of 'tracemem.why') and mark each decisive or not; needs --env")
     p.add_argument("--env", help="MODULE:ATTR of the env holding the model to re-ask (its 'model' key, or its only "

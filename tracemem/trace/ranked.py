@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Optional, Union
 
 from ..errors import UsageError
-from ..memory.text import terms
 from ..text import clip
 from .causes import Cause, find_causes, landmarks
 from .trace import Trace
-from .verify import choose_model, verify as verify_causes
+from .verify import choose_model, similarity, verify as verify_causes
 
 __all__ = ["BASIS_RECORD", "BASIS_VERIFIED", "Why", "why"]
 
@@ -75,10 +74,6 @@ class Why:
     def via(self, cause: Cause) -> str:
         """A cause's path to the value, folded: the model calls, tools and prompt lines on it."""
         return _via(self.trace.graph, cause)
-
-    def learned(self, cause: Cause) -> str:
-        """Where a memory was learned (run, turn, the user's words), or ""."""
-        return _learned(cause).removeprefix(" · ")
 
     def to_json(self) -> dict[str, Any]:
         """The answer as a JSON-able dict (each cause with its path as node ids)."""
@@ -130,10 +125,9 @@ def _verdict(cause: Cause) -> str:
 def _rank(causes: list[Cause], value: Any) -> list[Cause]:
     """Order by the record: word overlap with the value, and whether the source was in the answering call's
     own request; ties by kind, then by how near the value it was met."""
-    wanted = set(terms(_text(value)))
+    wanted = _text(value)
     for cause in causes:
-        have = set(terms(cause.text))
-        cause.lexical = round(len(wanted & have) / (len(wanted) * len(have)) ** 0.5, 4) if wanted and have else 0.0
+        cause.lexical = round(similarity(wanted, cause.text), 4) if cause.text.strip() else 0.0
         cause.score = round(0.7 * cause.lexical + (0.3 if cause.direct else 0.1), 4)
     order = {id(c): i for i, c in enumerate(causes)}
     return sorted(causes, key=lambda c: (-c.score, _KIND_ORDER.get(c.kind, 9), order[id(c)]))

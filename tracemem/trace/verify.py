@@ -76,8 +76,10 @@ def _cut_text(messages: list[dict[str, Any]], texts: list[str]) -> bool:
             content = m.get("content")
             if not isinstance(content, str) or text not in content:
                 continue
-            m["content"] = LEFT_OUT if content.strip() == text.strip() else content.replace(text + "\n", "", 1) \
-                if text + "\n" in content else content.replace(text, "", 1)
+            if content.strip() == text.strip():
+                m["content"] = LEFT_OUT  # the whole message was the source
+            else:  # a part of it (a prompt line): taken out with its line break
+                m["content"] = content.replace(text + "\n" if text + "\n" in content else text, "", 1)
             found = True
             break
     return found
