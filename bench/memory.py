@@ -6,6 +6,7 @@ Prints figures; asserts nothing. Usage:
     python bench/memory.py --quick    # small: 2k/10k latency, 2 conversations, no MiniLM
     python bench/memory.py --no-minilm --data PATH/locomo10.json
     python bench/memory.py --no-scale # LoCoMo only
+    python bench/memory.py --no-scale --only "default before,new default"   # some of the methods
 
 LoCoMo (not shipped; see ../shared/data/README.md): every turn is stored as a
 memory `speaker: text` (subject = conversation id, source_ref = turn id), in
@@ -297,6 +298,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--no-minilm", action="store_true")
     ap.add_argument("--no-scale", action="store_true", help="skip the latency and insert measures")
+    ap.add_argument("--only", default="", help="LoCoMo methods whose name contains one of these comma-separated words")
     args = ap.parse_args()
 
     sizes = () if args.no_scale else (2_000, 10_000) if args.quick else (10_000, 100_000)
@@ -315,6 +317,8 @@ def main() -> None:
         nq = sum(len(q) for _, _, q in convs)
         print(f"\n## LoCoMo evidence recall ({len(convs)} conversations, {nq} questions, categories 1-4)", flush=True)
         methods = locomo_methods(args.quick, args.no_minilm)
+        if args.only:
+            methods = {k: v for k, v in methods.items() if any(w.strip() in k for w in args.only.split(","))}
         locomo = eval_locomo(convs, methods)
     else:
         print(f"\n(LoCoMo skipped: no data at {args.data})")
