@@ -36,7 +36,7 @@ from .pruned import rank_literal, rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
-from .vectors import RERANK
+from .vectors import INT8_MIN_ROWS, RERANK
 
 __all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT", "best_of"]
 
@@ -268,7 +268,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
         assert sim is not None
         sim[cand_rows] = sims.sim
     score_c = fuse(lex_c)
-    if context_weight > 0 and len(cand_rows):  # (a shard ranked through bounds, pruned.py, goes without)
+    if context_weight > 0 and len(cand_rows) and n < INT8_MIN_ROWS:  # subjects ranked through bounds go without
         score_c = score_c + neighbour_lift(_every_score(lex, lex_c, cand_rows, sim if sims else None,
                                                         lexical_weight), alive, cand_rows, context_weight)
     out.score[cand_rows] = score_c
