@@ -4,6 +4,7 @@ says why it cannot) on a page, never as a bare 500. Real runs on real store file
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from pydantic import BaseModel
@@ -57,6 +58,31 @@ def test_a_chain_of_thousands_of_steps_is_walked_and_explained(tmp_path):
     data = web.get(f"/runs/{run.run_id}/backtrack.json", params={"path": "answer", "depth": 100_000,
                                                                  "nodes": 20_000}).json()
     assert len(data["nodes"]) > ROUNDS
+
+
+def test_a_long_runs_pages_are_bounded_and_show_more_on_request(tmp_path):
+    path = str(tmp_path / "chain.duckdb")
+    with Store(path) as store:
+        run = CHAIN.run({}, store=store)
+    web = TestClient(create_app(path), base_url="http://127.0.0.1")
+    page = web.get(f"/runs/{run.run_id}", params={"at": 3001}).text
+    assert 'id="step-3001"' in page and 'id="step-2999"' not in page and 'id="step-3201"' not in page
+    pager = re.search(r'<nav class="pager steps-pager">(.*?)</nav>', page, re.S).group(1)
+    assert pager.count("<a ") <= 2 * 5 + 2 and pager.count("…") == 2 and "<strong>3001–3200</strong>" in pager
+    assert "6001–6001" in pager  # the last page, however far
+    capped = web.get(f"/runs/{run.run_id}", params={"stages": 1}).text
+    assert "2 more stages not drawn" in capped and capped.count('data-node="') == 1
+    more = re.search(r'href="\?([^"]+)" id="show-more-stages"', capped).group(1).replace("&amp;", "&")
+    assert "stages=2" in more
+    assert "1 more stages not drawn" in web.get(f"/runs/{run.run_id}?{more}").text
+    assert "more stages not drawn" not in web.get(f"/runs/{run.run_id}").text
+    full = web.get(f"/runs/{run.run_id}/backtrack", params={"path": "answer", "full": 1, "depth": 100_000,
+                                                           "nodes": 20_000}).text
+    hidden = int(re.search(r'id="graph-hidden">(\d+) nodes', full).group(1))
+    link = re.search(r'href="\?([^"]+)" id="show-more-nodes"', full).group(1).replace("&amp;", "&")
+    assert "drawn=600" in link
+    wider = web.get(f"/runs/{run.run_id}/backtrack?{link}").text
+    assert int(re.search(r'id="graph-hidden">(\d+) nodes', wider).group(1)) == hidden - 300
 
 
 class Cart(BaseModel):

@@ -23,12 +23,13 @@ from ..trace.walk import backtrack
 from .run_outline import paths_written
 from .queries import rows
 from .run_page import canonical, load_steps
-from .trace_view import folded_svg, memory_sources, trace_svg
+from .trace_view import MAX_DRAWN, folded_svg, memory_sources, trace_svg
 from .web import render, run_url, source
 
 __all__ = ["DEPTH", "NODES", "ONLY_KINDS", "ROUTES"]
 
 WHOLE = 5000  # steps of a run loaded whole for a backtrack (fewer queries than reading it block by block)
+NODES_MOST = 20_000  # the largest walk (and drawing) a page may ask for
 DEPTH, NODES = 64, 2000  # run.backtrack's own budget, unless the page asks for a deeper walk
 ONLY_KINDS = ("memory", "model_call", "prompt_section", "run", "decision", "input", "step")
 
@@ -57,7 +58,7 @@ def _trace(request: Request, store: Any, run_id: str) -> tuple[Any, Any, list[st
     if not path:
         raise UsageError(f"run {run_id} wrote nothing, so there is no value to backtrack; pick another run")
     depth = _bound(request, "depth", DEPTH, 100_000)
-    nodes = _bound(request, "nodes", NODES, 20_000)
+    nodes = _bound(request, "nodes", NODES, NODES_MOST)
     return run, backtrack(run, path, max_depth=depth, max_nodes=nodes, index=index), paths, path
 
 
@@ -81,7 +82,9 @@ def backtrack_page(request: Request) -> Response:
                        deeper=_bound(request, "depth", DEPTH, 100_000) * 8)
         if full:
             shown = trace.narrowed(only=only, focus=focus) if (only or focus) and not trace.missing else trace
-            context["graph"], context["hidden"] = trace_svg(shown, run_url)
+            cap = _bound(request, "drawn", MAX_DRAWN, NODES_MOST)
+            context["graph"], context["hidden"] = trace_svg(shown, run_url, cap)
+            context["more"] = str(request.url.include_query_params(drawn=cap * 2).query)
             context["shown"] = shown.graph.number_of_nodes()
         else:
             opened = [n for n in request.query_params.getlist("open") if n in trace.graph]

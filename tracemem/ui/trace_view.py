@@ -127,14 +127,14 @@ def folded_svg(answer: Why, opened: list[str], url: Callable[[str, str], str],
     return drawing, len(nodes)
 
 
-def trace_svg(trace: Trace, url: Callable[[str, str], str]) -> tuple[str, int]:
-    """The trace as SVG (at most MAX_DRAWN nodes, nearest the value first), and how many were left out.
+def trace_svg(trace: Trace, url: Callable[[str, str], str], cap: int = MAX_DRAWN) -> tuple[str, int]:
+    """The trace as SVG (at most `cap` nodes, nearest the value first), and how many were left out.
     `url(run_id, anchor)` gives the link to a run page."""
     g = trace.graph
     if trace.root is None or trace.root not in g:
         return "", 0
     depth = depths(g, trace.root)
-    drawn = sorted(depth, key=lambda n: depth[n])[:MAX_DRAWN]
+    drawn = sorted(depth, key=lambda n: depth[n])[:cap]
     keep = set(drawn)
     row = columns(g.subgraph(drawn), depth)
     nodes = []
