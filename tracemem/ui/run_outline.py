@@ -50,7 +50,8 @@ def window(store: Any, run_id: str, at: Optional[int], prompt: Optional[str], si
     """The page of `size` steps holding step `at` (or the model call of prompt `prompt`); the first by default."""
     if at is None and prompt:
         found = rows(store, "SELECT step FROM model_calls WHERE run_id = ? AND prompt_id = ? UNION ALL "
-                            "SELECT step FROM prompts WHERE run_id = ? AND prompt_id = ?", [run_id, prompt, run_id, prompt])
+                            "SELECT step FROM prompts WHERE run_id = ? AND prompt_id = ?",
+                     [run_id, prompt, run_id, prompt])
         at = found[0]["step"] if found else None
     total = rows(store, "SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id])[0]["n"]
     index = 0
@@ -125,9 +126,10 @@ def stage_graph(store: Any, run_id: str, href: Callable[[int, str], str], cap: i
     nodes = []
     for s in drawn:
         sub = f"{s['kind']}" + (f" ×{s['n']}" if s["n"] > 1 else "") + f" · {(s['ns'] or 0) / 1e6:.1f} ms"
-        nodes.append(Node(s["stage"], columns[s["unit"]], s["stage"], sub,
-                          f"kind-{s['kind']}" + (" failed" if s["failed"] else ""), href(s["first"], f"step-{s['first']}"),
-                          f"{s['stage']}: {s['n']} run(s), first at step {s['first']}"))
+        classes = f"kind-{s['kind']}" + (" failed" if s["failed"] else "")
+        tooltip = f"{s['stage']}: {s['n']} run(s), first at step {s['first']}"
+        nodes.append(Node(s["stage"], columns[s["unit"]], s["stage"], sub, classes,
+                          href(s["first"], f"step-{s['first']}"), tooltip))
     arrows = [Edge(e["src"], e["dst"], "flow", e["label"] or "", e["n"]) for e in edges
               if e["src"] in keep and e["dst"] in keep]
     tall = len(columns) > WIDE  # more columns than a page is wide: top-down rows instead

@@ -86,7 +86,7 @@ class Source:
         self._memo: dict[str, Any] = {}
         self._memo_version = ""
         self._shared: Optional[Shared] = None
-        self._active: set[Store] = set()  # the stores requests are reading now (stopped by `close`)
+        self._active: list[Store] = []  # the stores requests are reading now, once per request (stopped by `close`)
 
     def check(self) -> None:
         """Open the store once (and close it), so a wrong path or a file that is not a store fails at start."""
@@ -96,14 +96,15 @@ class Source:
     @contextmanager
     def reading(self, *, user_sql: bool = False) -> Iterator[Store]:
         """A read-only Store for one request, whose queries stop after `timeout`. `user_sql`: the request runs
-        only SQL typed by a person (fenced, with its own time limit), so it need not take a turn on a
-        shared copy's connection."""
+        only SQL typed by a person, fenced with its own time limit (store/user_sql.py), so it neither takes a
+        turn on a shared copy's connection nor sets a limit on it (which would stop the page whose turn it is)."""
         store, shared = self._acquire()
         with self.lock:
-            self._active.add(store)
+            self._active.append(store)
         try:
             turn = shared.turn if shared is not None and not user_sql else nullcontext()
-            with turn, time_limit(store, self.timeout):
+            limit = nullcontext() if user_sql else time_limit(store, self.timeout)
+            with turn, limit:
                 yield store
         finally:
             self._release(store, shared)
@@ -141,7 +142,7 @@ class Source:
 
     def _release(self, store: Store, shared: Optional[Shared]) -> None:
         with self.lock:
-            self._active.discard(store)
+            self._active.remove(store)
         if shared is None:
             store.close()
             return
@@ -173,6 +174,6 @@ class Source:
     def close(self) -> None:
         """Stop what requests still run (the server is stopping) and close the snapshot copy."""
         with self.lock:
-            for store in self._active:
+            for store in set(self._active):
                 interrupt(store)
             self._retire()

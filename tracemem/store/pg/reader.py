@@ -57,7 +57,8 @@ def setup_hint(role: str, schema: str, exists: bool = True) -> str:
     """The SQL an administrator runs to make a login that can only read (and the reader role, when missing)."""
     make = "" if exists else (f"CREATE ROLE {role} NOLOGIN; GRANT USAGE ON SCHEMA {quote_ident(schema)} TO {role}; "
                               f"then open the store once for writing (it grants the SELECTs); ")
-    return f"an administrator runs: {make}CREATE ROLE alice LOGIN PASSWORD '…' IN ROLE {role}; and readers log in as alice"
+    return (f"an administrator runs: {make}CREATE ROLE alice LOGIN PASSWORD '…' IN ROLE {role}; and readers log in "
+            f"as alice")
 
 
 def grant_reader(con: PgConnection, log: Callable[[str], None]) -> Optional[str]:
