@@ -5,8 +5,9 @@ so does the run page: steps, and inside them each model call (its model, tokens 
 call, on one time scale. A run that waited for a person (a pause, then a resume) would spend
 nearly all of its scale on the wait and draw every step as a sliver; so a wait is cut out of the
 scale and drawn as a gap of fixed width that says how long it was and who answered. A stretch
-between steps counts as a wait when a person's answer was given in it, or when it is longer than
-every step of the run taken together (a resume of an interrupted run).
+between steps counts as a wait when a person's answer was given in it, or when it is longer than a
+second and than every step of the run taken together (a resume of an interrupted run), never for
+a moment the machine was busy elsewhere.
 
 The page holds one window of a run's steps (ui/run_outline.py); the scale, the waits and the
 token totals are the whole run's, worked out by the database (`outline`), so every window is
@@ -21,9 +22,10 @@ from typing import Any, Optional
 from ..run import Run
 from .queries import has_table, rows
 
-__all__ = ["GAP", "Outline", "Waterfall", "outline", "waterfall"]
+__all__ = ["GAP", "IDLE", "Outline", "Waterfall", "outline", "waterfall"]
 
 GAP = 4.0  # percent of the scale a cut-out wait takes
+IDLE = 1_000_000_000  # ns: a stretch with no person's answer in it is cut out only when longer (and than all steps)
 
 
 @dataclass
@@ -98,7 +100,8 @@ def outline(store: Any, run_id: str, ended_at: Optional[int]) -> Outline:
         join=("LEFT JOIN (SELECT answered_by, epoch_ns(answered_at) AS at FROM human_inputs WHERE run_id = ?) h "
               "ON h.at BETWEEN o.done AND o.next") if people else "",
         person="h.at IS NOT NULL OR" if people else "")
-    found = rows(store, sql, [run_id, run_id, max(busy, 1_000_000)] if people else [run_id, max(busy, 1_000_000)])
+    idle = max(busy, IDLE)
+    found = rows(store, sql, [run_id, run_id, idle] if people else [run_id, idle])
     waits: list[dict[str, Any]] = []
     for r in found:
         if waits and waits[-1]["after_step"] == r["step"]:
