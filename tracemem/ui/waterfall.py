@@ -116,26 +116,20 @@ def outline(store: Any, run_id: str, ended_at: Optional[int]) -> Outline:
 
 
 def _calls(models: Any, tools: Any, scale: _Scale) -> dict[int, list[dict[str, Any]]]:
-    """The model and tool calls of each step, placed on the scale."""
+    """The model and tool calls of each step, placed on the scale (a call recorded without a start is left out)."""
     out: dict[int, list[dict[str, Any]]] = {}
-    for c in models:
-        start = _ns(c.get("started_at"))
+    spans = [(c, "latency_ms", {"kind": "model", "name": c.get("model") or "model", "tokens_in": c.get("input_tokens"),
+                                "tokens_out": c.get("output_tokens"), "replayed": bool(c.get("replayed"))})
+             for c in models]
+    spans += [(t, "duration_ms", {"kind": "tool", "name": t.get("name") or "tool"}) for t in tools]
+    for row, took, shown in spans:
+        start = _ns(row.get("started_at"))
         if start is None:
             continue
-        ms = float(c.get("latency_ms") or 0.0)
-        out.setdefault(c["step"], []).append({
-            "kind": "model", "name": c.get("model") or "model", "ms": ms, "error": c.get("error"),
-            "tokens_in": c.get("input_tokens"), "tokens_out": c.get("output_tokens"),
-            "replayed": bool(c.get("replayed")), "left": scale.at(start),
-            "width": max(scale.at(start + int(ms * 1e6)) - scale.at(start), 0.3)})
-    for t in tools:
-        start = _ns(t.get("started_at"))
-        if start is None:
-            continue
-        ms = float(t.get("duration_ms") or 0.0)
-        out.setdefault(t["step"], []).append({
-            "kind": "tool", "name": t.get("name") or "tool", "ms": ms, "error": t.get("error"), "left": scale.at(start),
-            "width": max(scale.at(start + int(ms * 1e6)) - scale.at(start), 0.3)})
+        ms = float(row.get(took) or 0.0)
+        left = scale.at(start)
+        out.setdefault(row["step"], []).append({**shown, "ms": ms, "error": row.get("error"), "left": left,
+                                                "width": max(scale.at(start + int(ms * 1e6)) - left, 0.3)})
     return out
 
 
