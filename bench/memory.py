@@ -81,6 +81,7 @@ class Cached:
 
     def __init__(self, inner) -> None:
         self.inner, self._memo = inner, {}
+        self.records_from: Cached | None = None
         for attr in ("embedder_id", "dim", "caveat", "lexical_weight", "min_similarity"):
             if hasattr(inner, attr):
                 setattr(self, attr, getattr(inner, attr))
@@ -88,14 +89,17 @@ class Cached:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 1:
             return self.inner.embed(texts)
+        if self.records_from is not None:
+            return self.records_from.embed(texts)
         todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
         if todo:
             self._memo.update(zip(todo, self.inner.embed(todo)))
         return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
     def share(self, other: "Cached") -> None:
-        """Use `other`'s record vectors (for two runtimes of one model: same vectors, embedded once)."""
-        self._memo = other._memo
+        """Take records' vectors from `other` (two runtimes of one model: the same vectors, embedded once, by the
+        faster one), whichever method asks first; queries are still embedded by this one."""
+        self.records_from = other
 
 
 def fresh(embedder, path: str | None = None) -> Memory:
