@@ -24,7 +24,7 @@ import pyarrow as pa
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from tracemem.store import Store  # noqa: E402
-from tracemem.store.batch import COLUMNS  # noqa: E402
+from tracemem.store.write.rows import COLUMNS  # noqa: E402
 
 
 def insert(con, table: str, columns: dict) -> None:

@@ -32,7 +32,7 @@ process builds every variant again and runs each as many runs as its timing did,
 (sqlite and DuckDB sync from C, which no Python-level wrapper sees; without strace the
 child's Python-level os.fsync/os.fdatasync calls are reported instead, marked as such).
 The machine's floors are measured in the same process between repetitions with
-bench/durable_candidates.py's Bench, and issue 20's goals are printed met / not met.
+bench/timing.py's Bench, and the goals are printed met / not met.
 Files go to a temporary directory on the working directory's file system, so a sync is
 a real one (not tmpfs). Prints figures; asserts nothing.
 """
@@ -55,7 +55,7 @@ from typing import Any, Callable, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench.durable_candidates import Bench, append_fd, real_entries, sqlite_con  # noqa: E402
+from bench.timing import Bench, append_fd, real_entries, sqlite_con  # noqa: E402
 from bench.overhead import STAGES, build_flow  # noqa: E402
 from bench.peer_pipelines import BURR_LAST, Variant, burr_app_factory, initial, langgraph_builder  # noqa: E402
 from tracemem.store import Store  # noqa: E402
@@ -356,7 +356,7 @@ def count_syncs(folder: str, peers: list[str], runs: dict[str, int]) -> tuple[di
 
 # -- floors -----------------------------------------------------------------------
 def floors(folder: str, fast_ops: int, sync_ops: int) -> tuple[Bench, list[Any]]:
-    """The machine's floors with bench/durable_candidates.py's Bench and helpers."""
+    """The machine's floors with bench/timing.py's Bench and helpers."""
     import duckdb
 
     entries, run = real_entries()

@@ -4,7 +4,7 @@ and what a SIGKILL loses — for the bounded default next to an unbounded queue 
     python bench/pressure.py [--seconds 3] [--threads 2]
 
 1. In process: producer threads run flows into one store for a few seconds while a
-   monitor samples the writer's backlog every 5 ms. Printed per workload: runs/s, the
+   monitor samples the writer's queue every 5 ms. Printed per workload: runs/s, the
    deepest queue (runs, cost units), the oldest unwritten run's age (max over samples),
    the peak lag (the longest any run waited between `flow.run` returning and being
    on disk) and how often `flow.run` waited for room.
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import build_flow  # noqa: E402
 from tracemem import Pipeline  # noqa: E402
 from tracemem.store import Store  # noqa: E402
-from tracemem.store.backlog import BATCH_COST, MAX_COST, MAX_LAG  # noqa: E402
+from tracemem.store.write.writer import BATCH_COST, MAX_COST, MAX_LAG  # noqa: E402
 
 UNBOUNDED = 10**15
 BLOB = "y" * 20_000
@@ -80,7 +80,7 @@ def in_process(make_flow: Callable[[], Any], seconds: float, threads: int, max_q
     def monitor() -> None:
         nonlocal peak_age
         while not done.is_set():
-            peak_age = max(peak_age, store.writer.backlog.status().oldest_age_s)
+            peak_age = max(peak_age, store.writer.oldest_age())
             time.sleep(0.005)
 
     watcher = threading.Thread(target=monitor)
@@ -97,11 +97,11 @@ def in_process(make_flow: Callable[[], Any], seconds: float, threads: int, max_q
     final_flush = time.perf_counter() - flush_started
     done.set()
     watcher.join()
-    status = store.writer.backlog.status()
+    writer = store.writer
     store.close()
-    return {"runs_per_s": sum(counts) / elapsed, "peak_runs": status.peak_runs, "peak_cost": status.peak_cost,
-            "oldest_age_s": max(peak_age, status.peak_lag_s), "peak_lag_s": status.peak_lag_s,
-            "waits": status.producer_waits, "final_flush_s": final_flush}
+    return {"runs_per_s": sum(counts) / elapsed, "peak_runs": writer.peak_pending, "peak_cost": writer.peak_cost,
+            "oldest_age_s": max(peak_age, writer.peak_lag), "peak_lag_s": writer.peak_lag,
+            "waits": writer.producer_waits, "final_flush_s": final_flush}
 
 
 CHILD = textwrap.dedent("""

@@ -27,7 +27,7 @@ from typing import Optional
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
-SCRIPTS = ("overhead", "store", "durable_candidates", "memory", "memory_scale", "snapshot", "scale", "blame",
+SCRIPTS = ("overhead", "store", "memory", "memory_scale", "snapshot", "scale", "blame",
            "resume", "tools", "ui", "user_sql", "postgres", "peers", "requests", "why")
 # for scripts without a --quick flag of their own
 QUICK_ARGS = {"overhead": [("--runs", "200"), ("--reps", "2")],

@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tracemem.memory import HashingEmbedder  # noqa: E402
 from tracemem.store import Store  # noqa: E402
-from tracemem.store.batch import Batch  # noqa: E402
+from tracemem.store.write.rows import Batch  # noqa: E402
 
 TOPICS = ["refund", "invoice", "password", "shipping", "plan", "laptop", "warranty", "login", "upgrade", "delivery",
           "billing", "account", "printer", "battery", "screen", "keyboard", "license", "discount", "order", "return"]
@@ -44,7 +44,7 @@ def fill(store: Store, n: int, embedder: HashingEmbedder, rng: random.Random) ->
         now = time.time_ns()
         batch.add_embeddings([(f"r{lo + i:08d}", "support", embedder.embedder_id, t, v.tolist(), now + i)
                               for i, (t, v) in enumerate(zip(texts, vectors))])
-        store.writer.write_now(batch)
+        store.writer.commit(batch)
     return time.perf_counter() - start
 
 

@@ -17,9 +17,9 @@ an OTLP exporter instead of the console one:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint="http://localhost:4318/v1/traces")))
-    tracemem.otel.enable(provider)        # every run in this process; or flow.run(..., tracer_provider=provider)
+    flow.run(inputs, tracer_provider=provider)   # this run; or pipeline.build(listeners=[OTelListener(provider)])
 
-Pass `capture_content=True` to `enable()` to also put prompts and replies on the
+Pass `OTelListener(provider, capture_content=True)` to also put prompts and replies on the
 spans (`gen_ai.input.messages` / `gen_ai.output.messages`).
 """
 from __future__ import annotations

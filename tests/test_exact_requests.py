@@ -45,7 +45,7 @@ def support_agent():
     return tool_agent([lookup_order], model="model", pipeline=pipe).build()
 
 
-def two_turns(store: Store, server: OpenAIServer, provider=None):
+def two_turns(store: Store, server: OpenAIServer, provider=None, listeners=()):
     """Turn 1 asks for a tool then answers; turn 2 (the same thread) answers; the question quotes the API key."""
     server.reply(Completion(text=None, tool_calls=[("call_1", "lookup_order", '{"order_id": "A7"}')],
                             usage={"prompt_tokens": 93, "completion_tokens": 9}))
@@ -55,9 +55,9 @@ def two_turns(store: Store, server: OpenAIServer, provider=None):
     model = OpenAICompatibleModel(server.url, "m1", api_key=API_KEY, backoff=0.01)
     agent = support_agent()
     first = agent.run({"question": "Where did order A7 go?"}, store=store, subject="ana", env={"model": model},
-                      tracer_provider=provider)
+                      tracer_provider=provider, listeners=listeners)
     second = agent.run({"question": f"Thanks! My key is {API_KEY}"}, store=store, subject="ana",
-                       env={"model": model}, resume=first, tracer_provider=provider)
+                       env={"model": model}, resume=first, tracer_provider=provider, listeners=listeners)
     return first, second
 
 
@@ -122,13 +122,10 @@ def test_otel_spans_carry_the_exact_messages_sessions_agents_and_documents():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    sink = otel.enable(provider, capture_content=True, openinference=True)
-    try:
-        with OpenAIServer() as server, Store(":memory:") as store:
-            first, second = two_turns(store, server)
-            bodies = sent(server)
-    finally:
-        otel.disable()
+    sink = otel.OTelListener(provider, capture_content=True, openinference=True)
+    with OpenAIServer() as server, Store(":memory:") as store:
+        first, second = two_turns(store, server, listeners=[sink])
+        bodies = sent(server)
     spans = list(exporter.get_finished_spans())
     chats = sorted([s for s in spans if s.name == "chat m1"], key=lambda s: s.start_time)
     assert len(chats) == 3
@@ -178,12 +175,8 @@ def test_without_content_capture_documents_keep_ids_and_scores_only():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.enable(provider, openinference=True)
-    try:
-        with OpenAIServer() as server, Store(":memory:") as store:
-            first, _ = two_turns(store, server)
-    finally:
-        otel.disable()
+    with OpenAIServer() as server, Store(":memory:") as store:
+        first, _ = two_turns(store, server, listeners=[otel.OTelListener(provider, openinference=True)])
     spans = list(exporter.get_finished_spans())
     retrieval = next(s for s in spans if s.name == "retrieval")
     [document] = json.loads(retrieval.attributes["gen_ai.retrieval.documents"])

@@ -371,18 +371,14 @@ def test_a_failed_extraction_is_an_error_span_in_opentelemetry(server):
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import StatusCode
 
-    from tracemem import otel
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    try:
-        chat = OpenAICompatibleModel(server.url, "gpt-3.5-turbo", max_retries=0)
-        flow = Pipeline("chat", Turn).then(extract_memories(chat)).build()
-        run = flow.run({"question": "I'm vegetarian", "answer": "Noted!"}, store=Store(":memory:"), subject=SUBJECT,
-                       tracer_provider=provider)
-    finally:
-        otel.disable()
+    chat = OpenAICompatibleModel(server.url, "gpt-3.5-turbo", max_retries=0)
+    flow = Pipeline("chat", Turn).then(extract_memories(chat)).build()
+    run = flow.run({"question": "I'm vegetarian", "answer": "Noted!"}, store=Store(":memory:"), subject=SUBJECT,
+                   tracer_provider=provider)
     [span] = [s for s in exporter.get_finished_spans() if s.name == "extract_memories failed"]
     assert span.status.status_code == StatusCode.ERROR and span.attributes["error.type"] == "ModelError"
     assert span.attributes["http.response.status_code"] == 400 and span.attributes["tracemem.degraded"] is True

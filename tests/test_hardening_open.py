@@ -14,10 +14,7 @@ import pytest
 
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
-from tracemem.store.log_codec import decode
-from tracemem.store.log_format import RECORD_HEADER, frame, journal_dir
-from tracemem.store.segment_log import SegmentLog
-from journal_tail import write_at_tail
+from tracemem.store.write.journal import FRAME, read_entries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +48,7 @@ if phase == "stage":  # crash in the middle of a run recorded stage by stage
     Pipeline("crashy", J).then(one).then(two).then(die).build().run({{}}, store=store)
 elif phase == "returned":  # flush_interval=0: flow.run returns once the run is journaled, then the process dies
     store = Store(path, flush_interval=0)
-    store.writer.enqueue = lambda run, cost=None: None  # before its writer moved the run into the tables
+    store.writer.put = lambda piece: None  # before its writer moved the run into the tables
     run = Pipeline("journal", J).then(one).then(two).build().run({{}}, store=store)
     print(json.dumps({{"pid": os.getpid(), "run_id": run.run_id}}), flush=True)
     os._exit(0)
@@ -161,23 +158,20 @@ def _crashed_file(tmp_path) -> tuple[str, str]:
 
 def test_a_damaged_journal_record_is_reported_never_applied_and_named_on_its_run(tmp_path):
     path, run_id = _crashed_file(tmp_path)  # journaled: the run's start, stage "one", stage "two"
-    log = SegmentLog(journal_dir(path), readonly=True)
-    records = log.read().records
-    log.close()
-    second = [r for r in records if decode(r.data).kind == "step"][1]
-    segment = max(journal_dir(path).glob("*.seg"))
-    with open(segment, "r+b") as f:  # one flipped byte inside stage "two"'s record
-        f.seek(second.lsn - int(segment.stem, 16) + RECORD_HEADER + 3)
+    journal = path + ".journal"
+    ends = [pos for entry, pos, _ in read_entries(journal, 0)]  # the end of each entry: header, begin, one, two
+    with open(journal, "r+b") as f:  # one flipped byte inside stage "two"'s entry
+        f.seek(ends[2] + FRAME.size + 3)
         byte = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0xFF]))
     said: list[str] = []
-    with Store(path, log=said.append) as store:  # opens, never applies either record
+    with Store(path, log=said.append) as store:  # opens, never applies the damaged entry
         assert set(store.interrupted) == {run_id}
         run = store.run(run_id)
         assert run.status == "interrupted" and [s.stage for s in run.steps] == ["one"]  # stage one kept
-        assert any("checksum mismatch" in n and "not applied" in n for n in run.notes), run.notes
-        assert any("checksum mismatch" in m and segment.name in m for m in said), said
+        assert any("checksum" in n and "not applied" in n for n in run.notes), run.notes
+        assert any("checksum" in m and journal in m for m in said), said
     with Store(path) as store:  # recovery applied once: opening again changes nothing
         again = store.run(run_id)
         assert [s.stage for s in again.steps] == ["one"] and again.notes == run.notes
@@ -186,12 +180,23 @@ def test_a_damaged_journal_record_is_reported_never_applied_and_named_on_its_run
 
 def test_a_journal_record_that_is_no_entry_is_reported_never_applied(tmp_path):
     path, run_id = _crashed_file(tmp_path)
-    segment = max(journal_dir(path).glob("*.seg"))
-    write_at_tail(segment, frame(b"not json at all"))  # its checksum is right: only decoding can tell
+    data = b"not json at all"
+    with open(path + ".journal", "ab") as f:  # its checksum is right: only decoding can tell
+        f.write(FRAME.pack(len(data), __import__("zlib").crc32(data)) + data)
     said: list[str] = []
     with Store(path, log=said.append) as store:
         assert [s.stage for s in store.run(run_id).steps] == ["one", "two"]
-        assert any("was not applied: corrupt journal entry: not JSON" in m for m in said), said
+        assert any("not JSON" in m and "not applied" in m for m in said), said
+
+
+def test_a_journal_of_another_file_is_moved_aside_never_applied(tmp_path):
+    path, run_id = _crashed_file(tmp_path)
+    os.remove(path)  # the file is made anew; its journal stays
+    said: list[str] = []
+    with Store(path, log=said.append) as store:
+        assert store.sql("SELECT count(*) FROM runs").fetchall() == [(0,)]
+    assert any("belongs to another store file" in m for m in said), said
+    assert [p for p in os.listdir(tmp_path) if ".journal.orphaned-" in p]
 
 
 def test_an_unreadable_schema_version_says_what_and_what_to_do(tmp_path):

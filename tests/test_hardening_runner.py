@@ -109,16 +109,10 @@ def test_known_secrets_are_masked_wherever_text_is_stored_or_exported(tmp_path, 
     provider, exporter = otel()
     import tracemem.otel as tracemem_otel
 
-    sink = tracemem_otel.OTelSink(provider, capture_content=capture_content)
+    sink = tracemem_otel.OTelListener(provider, capture_content=capture_content)
     flow = Pipeline("leaky", Secrets).then(prepare).then(call).build()
     with Store(str(tmp_path / "s.duckdb"), durability=durability) as store:
-        from tracemem.flow.sinks import default_sinks
-
-        default_sinks.add(sink)
-        try:
-            run = flow.run({"token": TOKEN}, store=store, raise_on_error=False)
-        finally:
-            default_sinks.remove_if(lambda s: s is sink)
+        run = flow.run({"token": TOKEN}, store=store, raise_on_error=False, listeners=[sink])
         assert run.status == "failed" and "401" in run.error
         text = stored_text(store, tmp_path / "export")
         for secret in (API_KEY, TOKEN, PASSWORD):

@@ -21,7 +21,8 @@ from pydantic import BaseModel
 from tracemem import Pipeline, TracememError
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
-from tracemem.store.backlog import Backlog, Taken, cost_of
+from tracemem.store.write.listener import cost_of
+from tracemem.store.write.writer import Piece, Writer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -219,50 +220,53 @@ def five(s):
     s.a = 1
 
 
+def _cost(run) -> int:
+    return cost_of(run, (tuple(run.steps), tuple(run.reads), tuple(run.writes), tuple(run.decisions), ()))
+
+
 def test_flow_run_waits_when_the_queue_is_full_and_batches_are_bounded(tmp_path):
     flow = Pipeline("five", Five).then(five).build()
-    per_run = cost_of(flow.run({}))
+    per_run = _cost(flow.run({}))
     with Store(str(tmp_path / "q.duckdb"), flush_interval=60, max_queue=20 * per_run, max_batch=5 * per_run,
                max_lag=60) as store:
         ids = [flow.run({}, store=store).run_id for _ in range(200)]  # the timer never fires: only the bound
-        status = store.writer.backlog.status()
-        assert status.peak_cost <= 20 * per_run and status.peak_runs <= 20  # never more queued than the bound
-        assert status.producer_waits > 0  # flow.run waited for room instead
+        assert store.writer.peak_cost <= 20 * per_run  # never more queued than the bound
+        assert store.writer.producer_waits > 0  # flow.run waited for room instead
     with Store(str(tmp_path / "q.duckdb"), read_only=True) as store:
         assert {r for (r,) in store.sql("SELECT run_id FROM runs").fetchall()} == set(ids)
 
 
-def test_a_batch_never_takes_more_than_its_bound():
-    backlog = Backlog(max_cost=10**9, batch_cost=100, max_lag=3600)
-    flow = Pipeline("five", Five).then(five).build()
-    runs = iter([flow.run({}) for _ in range(10)])
+class Batches:
+    """A backend that keeps the batches it is given (how many pieces each held)."""
 
-    def batches() -> list[list[int]]:
-        out = []
-        while True:
-            taken = backlog.take()
-            if not taken.runs:
-                return out
-            out.append(len(taken.runs))
-            backlog.written(taken)
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def insert(self, batch) -> None:
+        self.sizes.append(len(batch.rows["runs"]))
+
+    def transient(self, err):
+        return None
+
+    def meta(self, key):
+        return None
+
+
+def test_a_batch_never_takes_more_than_its_bound():
+    backend = Batches()
+    writer = Writer(backend, "test", None, max_queue=10**9, max_batch=100, max_lag=3600)  # (no thread started)
+    run = Pipeline("five", Five).then(five).build().run({})
+
+    def piece(cost: int) -> Piece:
+        return Piece(run, ("row",), ((), (), (), (), ()), None, None, cost)
 
     for cost in (60, 30, 30, 10, 10, 10, 10, 10, 10):
-        backlog.put(next(runs), cost)
-    assert batches() == [2, 7]  # 60+30, then 30+6×10: never over 100
-    backlog.put(next(runs), 500)
-    assert batches() == [1]  # a run costlier than a batch is written whole, alone (a run is never split)
-
-
-def test_the_writer_wakes_once_an_eighth_of_a_batchs_worth_has_gathered():
-    backlog = Backlog(max_cost=10**9, batch_cost=800, max_lag=3600)
-    flow = Pipeline("five", Five).then(five).build()
-    assert backlog.gather == 100
-    backlog.put(flow.run({}), 60)
-    started = time.monotonic()
-    assert backlog.wait_for_work(0.3) and time.monotonic() - started >= 0.25  # too little: it sleeps its interval
-    backlog.put(flow.run({}), 40)
-    started = time.monotonic()
-    assert backlog.wait_for_work(30) and time.monotonic() - started < 5  # enough gathered: at once
+        writer.put(piece(cost))
+    writer.flush()
+    assert backend.sizes == [2, 7]  # 60+30, then 30+6×10: never over 100
+    writer.put(piece(500))
+    writer.flush()
+    assert backend.sizes[2:] == [1]  # a piece costlier than a batch is written whole, alone (never split)
 
 
 def slowed(store: Store, seconds: float) -> list[int]:
@@ -270,10 +274,10 @@ def slowed(store: Store, seconds: float) -> list[int]:
     written: list[int] = []
     write = store.writer._write
 
-    def slow(taken: Taken, runs: Optional[list] = None) -> bool:
+    def slow(pieces: list) -> bool:
         time.sleep(seconds)
-        done = write(taken, runs)
-        written.append(len(taken.runs))
+        done = write(pieces)
+        written.append(len(pieces))
         return done
     store.writer._write = slow
     return written
@@ -281,7 +285,7 @@ def slowed(store: Store, seconds: float) -> list[int]:
 
 def test_the_background_writer_goes_on_with_the_runs_queued_while_it_wrote_instead_of_sleeping(tmp_path):
     flow = Pipeline("five", Five).then(five).build()
-    per_run = cost_of(flow.run({}))
+    per_run = _cost(flow.run({}))
     with Store(str(tmp_path / "c.duckdb"), flush_interval=600, max_batch=4 * per_run, max_lag=600) as store:
         written = slowed(store, 0.5)
         for _ in range(4):  # a batch's worth: the writer wakes (else it sleeps its 600 s interval)
@@ -400,7 +404,9 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize("handler, code", [("default", -signal.SIGTERM), ("own-handler", 3)])
-def test_sigterm_writes_queued_runs_and_still_terminates(tmp_path, handler, code):
+def test_sigterm_loses_no_returned_run_and_tracemem_leaves_the_signal_alone(tmp_path, handler, code):
+    """The library installs no signal handler: SIGTERM ends the process as the application decides, and the
+    runs `flow.run` returned are in the run journal, which the next writing open folds in."""
     path = str(tmp_path / "t.duckdb")
     script = tmp_path / "term.py"
     script.write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\n" + textwrap.dedent(SIGTERM_CHILD))
@@ -410,7 +416,7 @@ def test_sigterm_writes_queued_runs_and_still_terminates(tmp_path, handler, code
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == code, err  # never swallowed: the default action, or the app's own handler
-    with Store(path, read_only=True) as store:
+    with Store(path) as store:
         assert store.sql("SELECT count(*) FROM runs WHERE status = 'ok'").fetchall() == [(50,)]
 
 
@@ -494,21 +500,16 @@ def test_a_forgotten_and_purged_memory_is_never_recalled_through_another_store(t
             Store(path)
 
 
-def test_the_writer_never_sleeps_out_its_interval_while_a_producer_waits_for_room():
+def test_the_writer_never_sleeps_out_its_interval_while_a_producer_waits_for_room(tmp_path):
     """A producer waiting for room used to wake the writer once: when the writer then went to sleep with
     the queue just under its bound, it slept out flush_interval (600 s: flow.run hung that long)."""
-    backlog = Backlog(max_cost=100, batch_cost=100, max_lag=100.0)
-    backlog.put(object(), 95)  # type: ignore[arg-type]  # just under the bound: a run of cost 10 does not fit
-    producer = threading.Thread(target=backlog.put, args=(object(), 10), daemon=True)
-    producer.start()
-    deadline = time.monotonic() + 10
-    while backlog.status().producer_waits == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert backlog.status().producer_waits == 1
-    writer = threading.Thread(target=backlog.wait_for_work, args=(600,), daemon=True)
-    writer.start()  # the writer comes to sleep after the producer's first wake-up call
-    writer.join(timeout=5)
-    assert not writer.is_alive(), "the writer went to sleep for its whole interval while a producer waited"
-    backlog.written(backlog.take())
-    producer.join(timeout=5)
-    assert not producer.is_alive() and len(backlog) == 1
+    flow = Pipeline("five", Five).then(five).build()
+    per_run = _cost(flow.run({}))
+    with Store(str(tmp_path / "w.duckdb"), flush_interval=600, max_queue=per_run, max_batch=80 * per_run,
+               max_lag=600) as store:
+        done = threading.Event()
+        producer = threading.Thread(target=lambda: ([flow.run({}, store=store) for _ in range(5)], done.set()))
+        producer.start()
+        assert done.wait(30), "flow.run waited for the writer's 600 s interval"
+        producer.join()
+        assert store.writer.producer_waits > 0

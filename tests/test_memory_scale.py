@@ -139,39 +139,6 @@ def test_the_kept_fingerprint_equals_the_table_after_every_kind_of_change(tmp_pa
     assert mem.save_index() and mem.save_index() == []  # saved once, then nothing is dirty
 
 
-def test_bulk_commit_restores_the_checkpoint_threshold(tmp_path: Path) -> None:
-    con = duckdb.connect(str(tmp_path / "m.duckdb"))
-    con.execute("SET checkpoint_threshold = '20MiB'")
-    Memory(con, embedder=HashingEmbedder()).remember_many([{"subject": "u", "text": f"fact {i}"}
-                                                           for i in range(sql.BULK_ROWS)])
-    assert con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0] == "20.0 MiB"
-    assert con.execute("SELECT count(*) FROM memories").fetchall()[0][0] == sql.BULK_ROWS
-
-
-def test_bulk_commit_forces_alp_for_its_checkpoint_then_restores_the_choice(tmp_path: Path) -> None:
-    path = tmp_path / "m.duckdb"
-    con = duckdb.connect(str(path))
-    setting = "SELECT lower(current_setting('force_compression'))"
-    mem = Memory(con, embedder=HashingEmbedder())
-    mem.remember_many([{"subject": "u", "text": f"fact number {i} about cellos"} for i in range(sql.BULK_ROWS)])
-    vectors = "SELECT memory_id, embedding FROM memories ORDER BY memory_id"
-    before = con.execute(vectors).fetchall()
-    assert con.execute(setting).fetchall()[0][0] == "auto"  # restored after the bulk commit
-    with sql.bulk_wal(con, sql.BULK_ROWS):
-        assert con.execute(setting).fetchall()[0][0] == "alp"
-        con.execute("CHECKPOINT")  # what an automatic checkpoint in the bulk commit would write
-    assert con.execute(setting).fetchall()[0][0] == "auto"
-    con.close()
-    con = duckdb.connect(str(path))  # the vectors read back from the file bit for bit as they were written
-    assert con.execute(vectors).fetchall() == before and len(before) == sql.BULK_ROWS
-    assert con.execute("SELECT count(DISTINCT compression) FROM pragma_storage_info('memories') "
-                       "WHERE segment_type = 'FLOAT' AND compression = 'ALP'").fetchall()[0][0] == 1
-    con.execute("SET force_compression = 'uncompressed'")  # a user's own choice is left alone
-    with sql.bulk_wal(con, sql.BULK_ROWS):
-        assert con.execute(setting).fetchall()[0][0] == "uncompressed"
-    con.close()
-
-
 def test_hashing_embedder_bulk_path_matches_its_feature_definition() -> None:
     emb = HashingEmbedder(bigram_weight=0.5)
     texts = ["The Café’s PAINTINGS were painted", "", "the of and", "aaaa aaaa bbbb", "Caroline: I went paddling"]

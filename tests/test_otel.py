@@ -40,7 +40,6 @@ def otel_setup():
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield provider, exporter
-    otel.disable()
 
 
 def spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
@@ -138,10 +137,11 @@ def test_trace_id_is_stored(otel_setup, durability):
     store = Store(durability=durability)
     try:
         if durability == "stage":
-            # the run row is written when the run starts: the trace id must already be on it
+            # the run row is written when the run starts: the trace id is on it from then
             seen = []
 
             def peek(s):
+                store.flush()
                 seen.append(store.con.execute("SELECT trace_id FROM runs").fetchone()[0])
 
             flow = Pipeline("p", S).then(peek).build()
@@ -257,7 +257,7 @@ def test_model_call_and_custom_spans_without_content(otel_setup):
 
 def test_content_with_capture_content(otel_setup):
     provider, exporter = otel_setup
-    otel.enable(provider, capture_content=True)
+    listener = otel.OTelListener(provider, capture_content=True)
 
     def route(s):
         return decide(s, [("always", lambda s: True, "go")])
@@ -265,7 +265,8 @@ def test_content_with_capture_content(otel_setup):
     def logs(s, ctx):
         ctx.log("a log line")
 
-    flow = Pipeline("p", S).then(model_stage, id="answer", name="answer").branch(route, {"go": logs}).build()
+    flow = Pipeline("p", S).then(model_stage, id="answer", name="answer").branch(route, {"go": logs}).build(
+        listeners=[listener])
     run = flow.run({"q": SECRET_INPUT})
     found = by_name(exporter)
     chat = found["chat gpt-test"]
@@ -418,10 +419,10 @@ def test_concurrent_async_runs_stay_apart(otel_setup):
             assert parent_of(span, exporter) is roots[span.attributes["tracemem.run_id"]]
 
 
-def test_concurrent_threaded_runs_with_enable(otel_setup):
+def test_concurrent_threaded_runs_of_a_flow_with_an_exporting_listener(otel_setup):
     provider, exporter = otel_setup
-    otel.enable(provider)
-    flow = Pipeline("forked", S).fork(left, right).then(second, id="join", name="join").build()
+    flow = Pipeline("forked", S).fork(left, right).then(second, id="join", name="join").build(
+        listeners=[otel.OTelListener(provider)])
     runs: list[Run] = []
     threads = [threading.Thread(target=lambda: runs.append(flow.run({}))) for _ in range(4)]
     for t in threads:
@@ -468,12 +469,10 @@ def test_nothing_exported_when_off(otel_setup):
     flow = Pipeline("p", S).then(model_stage).build()
     run = flow.run({})
     assert spans(exporter) == [] and run.trace_id is None
-    otel.enable(provider)
-    flow.run({})
+    flow.run({}, listeners=[otel.OTelListener(provider)])
     assert len(spans(exporter)) == 4
-    otel.disable()
     exporter.clear()
-    run = flow.run({})
+    run = flow.run({})  # nothing process-wide: a listener exports the runs it is given, no others
     assert spans(exporter) == [] and run.trace_id is None
 
 
@@ -487,33 +486,19 @@ def test_engine_does_not_import_opentelemetry_when_off():
     assert out.stdout.strip() == "[]"
 
 
-def test_explicit_provider_wins_over_enable(otel_setup):
+def test_a_runs_own_provider_wins_over_the_flows_listener(otel_setup):
     provider, exporter = otel_setup
     other = InMemorySpanExporter()
-    global_provider = TracerProvider()
-    global_provider.add_span_processor(SimpleSpanProcessor(other))
-    otel.enable(global_provider)
+    flow_provider = TracerProvider()
+    flow_provider.add_span_processor(SimpleSpanProcessor(other))
     inner = Pipeline("inner", Child).then(double).build()
-    flow = Pipeline("outer", S).subflow(inner, inputs={"x": "n"}, outputs={"score": "y"}, id="call").build()
+    flow = Pipeline("outer", S).subflow(inner, inputs={"x": "n"}, outputs={"score": "y"}, id="call").build(
+        listeners=[otel.OTelListener(flow_provider)])
     run = flow.run({}, tracer_provider=provider)
     assert len(spans(exporter)) == 4 and spans(other) == []
     assert run.trace_id == run.children[0].trace_id
     flow.run({})
     assert len(spans(other)) == 4
-
-
-def test_enable_replaces_and_disable_removes():
-    from tracemem.flow.sinks import default_sinks
-
-    a, b = TracerProvider(), TracerProvider()
-    try:
-        sink = otel.enable(a)
-        assert isinstance(sink, otel.OTelSink) and default_sinks.all() == [sink]
-        second_sink = otel.enable(b, capture_content=True)
-        assert default_sinks.all() == [second_sink] and second_sink.capture_content
-    finally:
-        otel.disable()
-    assert not any(isinstance(s, otel.OTelSink) for s in default_sinks.all())
 
 
 def test_sampled_out_runs_cost_nothing_and_export_nothing():
@@ -524,21 +509,18 @@ def test_sampled_out_runs_cost_nothing_and_export_nothing():
     flow = Pipeline("outer", S).then(first).subflow(inner, inputs={"x": "n"}, outputs={"score": "y"}, id="c").build()
     run = flow.run({}, tracer_provider=provider)
     assert spans(exporter) == [] and run.trace_id is not None and run.children[0].trace_id == run.trace_id
-    sink = otel.enable(provider)
-    try:
-        flow.run({})
-        assert spans(exporter) == [] and sink._runs == {}
-    finally:
-        otel.disable()
+    sink = otel.OTelListener(provider)
+    flow.run({}, listeners=[sink])
+    assert spans(exporter) == [] and sink._runs == {}
 
 
 def test_sink_forgets_finished_runs(otel_setup):
     provider, exporter = otel_setup
-    sink = otel.enable(provider)
+    sink = otel.OTelListener(provider)
     inner = Pipeline("inner", Child).then(double).build()
     flow = Pipeline("outer", S).subflow(inner, inputs={"x": "n"}, outputs={"score": "y"}, id="c").build()
-    flow.run({})
-    flow.run({}, raise_on_error=False)
+    flow.run({}, listeners=[sink])
+    flow.run({}, raise_on_error=False, listeners=[sink])
     assert sink._runs == {}
 
 
@@ -583,7 +565,7 @@ class Stop(BaseException):
 
 def test_interrupted_subflow_still_exports(otel_setup):
     provider, exporter = otel_setup
-    sink = otel.enable(provider)
+    sink = otel.OTelListener(provider)
 
     def halt(c):
         raise Stop("stop")
@@ -591,7 +573,7 @@ def test_interrupted_subflow_still_exports(otel_setup):
     inner = Pipeline("inner", Child).then(double).then(halt).build()
     outer = Pipeline("outer", S).then(first).subflow(inner, inputs={"x": "n"}, outputs={"n": "y"}, id="call").build()
     with pytest.raises(Stop):
-        outer.run({})
+        outer.run({}, listeners=[sink])
     found = by_name(exporter)
     # the parent step never finished, so the child run hangs under the run span itself
     assert set(found) == {"invoke_workflow outer", "first", "invoke_workflow inner", "double"}

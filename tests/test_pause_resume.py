@@ -57,7 +57,7 @@ def store(tmp_path):
 
 def test_two_sequential_pauses_in_one_stage_then_a_declared_pause_point(store):
     run = orders.run({"item": "boots"}, store=store)
-    assert run.status == "paused" and run.paused and run.pending == {"question": "size?", "item": "boots"}
+    assert run.status == "paused" and run.pending == {"question": "size?", "item": "boots"}
     assert run.resume_at == {"stage": "ask", "kind": "interrupt", "step": 2, "pc": 1}
     assert run.output.size == ""  # a paused stage's writes are never committed
 

@@ -273,16 +273,12 @@ def test_prune_cut_off_by_date_still_keeps_thread_turns(tmp_path):
 
 
 def test_kept_states_are_bounded(tmp_path):
-    from tracemem.store.threads import ThreadStates
+    from tracemem.store.write.listener import Recent
 
     with Store(str(tmp_path / "k.duckdb")) as store:
         runs = build(store, 6)
-        states = ThreadStates(runs=3, states=2)
+        recent = Recent(size=3)
         for run in runs:
-            states.recorded(run)
-        assert list(states.ended) == [r.run_id for r in runs[3:]]
-        assert states.known(runs[0].run_id) is None  # evicted: the store replays it instead
-        assert states.known(runs[3].run_id) is None  # its predecessor's state is not kept
-        small = ThreadStates(held=1)
-        small.recorded(runs[0])
-        assert not small.ended and small.held == 0
+            recent.add(run)
+        assert [recent.get(r.run_id) is not None for r in runs] == [False] * 3 + [True] * 3
+        assert store.resume_point(runs[0].run_id).output == runs[0].output  # evicted ones: replayed from the file

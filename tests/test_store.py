@@ -622,14 +622,13 @@ def test_a_long_thread_replays_and_backtracks_without_recursion(tmp_path):
 
 def test_a_writable_file_checkpoints_less_often_than_duckdbs_default_and_a_memory_bulk_insert_keeps_that(
         tmp_path) -> None:
-    from tracemem.memory import sql as memory_sql
     from tracemem.store.duck import CHECKPOINT_THRESHOLD
 
     threshold = "SELECT current_setting('checkpoint_threshold')"
     with Store(str(tmp_path / "t.duckdb")) as store:
         assert CHECKPOINT_THRESHOLD == "64MiB"
         assert store.con.execute(threshold).fetchall()[0][0] == "64.0 MiB"
-        store.memory.remember_many([{"subject": "u", "text": f"fact {i}"} for i in range(memory_sql.BULK_ROWS)])
+        store.memory.remember_many([{"subject": "u", "text": f"fact {i}"} for i in range(1_000)])
         assert store.con.execute(threshold).fetchall()[0][0] == "64.0 MiB"
     with Store(":memory:") as store:  # nothing to checkpoint: DuckDB's default stays
         assert store.con.execute(threshold).fetchall()[0][0] == "16.0 MiB"
@@ -637,7 +636,7 @@ def test_a_writable_file_checkpoints_less_often_than_duckdbs_default_and_a_memor
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_runs_row_names_the_process_that_ended_the_run_in_a_forked_child_too(tmp_path):
-    """The pid is read once per process (no getpid() system call per run); a forked child reads its own."""
+    """A forked child records its own pid."""
     class S(BaseModel):
         n: int = 0
 
@@ -645,7 +644,7 @@ def test_a_runs_row_names_the_process_that_ended_the_run_in_a_forked_child_too(t
     with Store(str(tmp_path / "pid.duckdb")) as store:
         run = flow.run({}, store=store)
         assert store.sql("SELECT pid FROM runs WHERE run_id = ?", [run.run_id]).fetchall() == [(os.getpid(),)]
-    from tracemem.store.batch import run_row
+    from tracemem.store.write.rows import run_row
     child = os.fork()
     if child == 0:  # the child: its runs rows carry its own pid
         os._exit(0 if run_row(flow.run({}))[11] == os.getpid() else 1)
@@ -655,5 +654,5 @@ def test_a_runs_row_names_the_process_that_ended_the_run_in_a_forked_child_too(t
 
 def test_the_tables_ctx_emit_accepts_are_the_extra_tables_the_store_has_columns_for():
     from tracemem.record import EXTRA_TABLES
-    from tracemem.store.batch import COLUMNS
+    from tracemem.store.write.rows import COLUMNS
     assert set(COLUMNS) - {"runs", "steps", "writes", "reads", "decisions"} == EXTRA_TABLES

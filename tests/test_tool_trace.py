@@ -130,11 +130,7 @@ def test_tool_steps_are_execute_tool_spans_with_content_only_when_captured():
         flow = tool_agent([order_status], model=model).build()
         inputs = {"question": "A7?", "user": {"name": "Dana"}}
         if capture:
-            otel.enable(provider, capture_content=True)
-            try:
-                run = flow.run(inputs)
-            finally:
-                otel.disable()
+            run = flow.run(inputs, listeners=[otel.OTelListener(provider, capture_content=True)])
         else:
             run = flow.run(inputs, tracer_provider=provider)
         spans = {s.attributes.get("gen_ai.tool.call.id"): s for s in exporter.get_finished_spans()

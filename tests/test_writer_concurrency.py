@@ -132,7 +132,7 @@ def _insert_then(store: Any, error: BaseException) -> list[int]:
 
     def lost_answer(batch: Any) -> None:
         insert(batch)
-        written.append(len(batch.rows["runs"]) + len(batch.entries))
+        written.append(len(batch.rows["runs"]) + len(batch.finished))
         if len(written) == 1:
             raise error
 

@@ -3,28 +3,31 @@
 Every stage, read, write, decision, model call, prompt section and memory use is
 recorded, so any answer can be traced back to what produced it.
 
-How a run flows (the folders in the order a run passes through them; the handle
-goes down, data never calls back up):
+How a run flows (the files in the order a run passes through them; the handle goes
+down, data never calls back up: the runner emits typed events, and listeners — the
+store, an OpenTelemetry export, a stream, your own — each keep their own state):
 
 ```mermaid
 flowchart LR
-    P["flow/pipeline.py<br/>Pipeline → Flow"] --> R["flow/runner.py<br/>executes the Program"]
-    R --> S["scope/recorder.py<br/>records reads and writes"]
-    R --> K["flow/sinks.py<br/>store, OpenTelemetry"]
-    K --> W["store/writer.py<br/>batches, journal → DuckDB"]
+    P["flow/pipeline.py<br/>Pipeline → Flow"] --> R["flow/runner.py<br/>one step path"]
+    R --> K["flow/kinds.py<br/>stage, branch, loop"]
+    R --> S["scope/recorder.py<br/>reads and writes"]
     R --> U["run.py<br/>the recorded Run"]
-    U --> T["trace/walk.py<br/>backtrack → Trace"]
+    R -- events --> L["store/write/listener.py<br/>journal, queue"]
+    L --> W["store/write/writer.py<br/>batches → tables"]
 ```
 
 1. `flow/pipeline.py`: `Pipeline(...).then(...).build()` compiles a `Program`
-   (`flow/program.py`); `Flow.run` assembles the sinks and starts the runner.
-2. `flow/runner.py`: one step path for every node kind — begin, call the stage
-   with its scope view (`scope/view.py`) and context (`flow/context.py`),
-   commit, hand the finished step to the sinks.
-3. `scope/recorder.py`: each read with its source, each write validated and buffered.
-4. `store/writer.py`: the store's sink queues finished runs and writes them in
-   columnar batches (or journals each stage, for durability "stage").
-5. `run.py`: the `Run` the runner returns and `store.run(id)` loads back.
+   (`flow/program.py`); `Flow.run` gathers the listeners and starts the runner.
+2. `flow/runner.py`: every step goes one path — begin, call the stage with its
+   scope view and context, conclude, record — and is told to the listeners as
+   events (`flow/events.py`); `flow/kinds.py` says what each node kind does around it.
+3. `scope/recorder.py` (with `scope/schema.py`): each read with the write it saw,
+   each write validated per field and buffered until the stage ends.
+4. `run.py`: the `Run` the runner returns and `store.run(id)` loads back.
+5. `store/write/listener.py`: the store's listener journals what must survive a crash
+   (`store/write/journal.py`) and queues it; `store/write/writer.py` puts it into the
+   tables in batches (`store/write/rows.py`).
 6. `trace/walk.py`: `run.backtrack(path)` walks the record into a `Trace`.
 """
 from .errors import (AnswerError, ForkConflictError, LoopLimitError, PathError, PipelineError, ResumeError,

@@ -36,7 +36,7 @@ import urllib.parse
 from typing import Any, Collection, Iterable, Mapping, Optional
 
 from .errors import TracememError
-from .record import Decision, StepFields, WriteFields
+from .record import Decision, Step, Write
 
 __all__ = ["CONFIG_DIR_ENV", "SECRET_KEY_ENV", "MASK", "MIN_LENGTH", "HashKey", "credentials", "key_file",
            "Masker", "run_masker", "mask_step"]
@@ -189,15 +189,15 @@ def run_masker(secret_fields: Collection[str], data: Mapping[str, Any], extra: C
     return Masker(values)
 
 
-def mask_step(masker: Masker, step: StepFields, writes: list[WriteFields], rows: list[tuple[str, dict[str, Any]]],
-              decision: Optional[Decision]) -> tuple[StepFields, list[WriteFields], list[tuple[str, dict[str, Any]]],
+def mask_step(masker: Masker, step: Step, writes: list[Write], rows: list[tuple[str, dict[str, Any]]],
+              decision: Optional[Decision]) -> tuple[Step, list[Write], list[tuple[str, dict[str, Any]]],
                                                       Optional[Decision]]:
-    """A finished step with known secrets masked in everything it hands the sinks (its step and writes as the
-    runner records them: plain field tuples, run.Records)."""
+    """A finished step with known secrets masked in everything it records (its error, logs, written values,
+    rows and decision evidence)."""
     if not masker:
         return step, writes, rows, decision
-    step = (*step[:6], masker.text(step[6]), *step[7:11], masker.value(step[11]))  # (error, logs: Step fields)
-    writes = [(*w[:4], masker.text(w[4])) for w in writes]  # (value)
+    step = step._replace(error=masker.text(step.error), logs=masker.value(step.logs))
+    writes = [w._replace(value=masker.text(w.value)) for w in writes]
     rows = [(table, masker.value(row)) for table, row in rows]
     if decision is not None:
         decision = decision._replace(evidence=masker.value(decision.evidence))

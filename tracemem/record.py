@@ -1,7 +1,8 @@
-"""The in-memory record of one run: plain tuples, cheap to build on the hot path.
+"""The in-memory record of one run: values, built once and read by name.
 
-These are exactly the rows the store writes (`steps`, `reads`, `writes`,
-`decisions`), so a run loaded back from DuckDB is the same object as a live one.
+`Step`, `Read`, `Write` and `Decision` are exactly the rows the store writes
+(`steps`, `reads`, `writes`, `decisions`), in the same column order, so a run loaded
+back from DuckDB holds the same values as a live one.
 `RunLoader` is what readers of a run (replay, backtracking) may ask of the store
 the run was recorded in, so they never reach into the store itself; `RunRecord` is what
 they read of the run (`tracemem.run.Run` is one), so that they need not import run.py,
@@ -9,7 +10,6 @@ which imports them.
 """
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence, Union
 
 EXTRA_TABLES = frozenset({"effects", "human_inputs", "memory_uses", "model_calls", "prompt_sections", "prompts",
@@ -18,10 +18,6 @@ EXTRA_TABLES = frozenset({"effects", "human_inputs", "memory_uses", "model_calls
 """The tables a step's extra rows may go to (`ctx.emit`); store/batch.py gives their columns (a test checks it has
 these and the five record tables, no more). Named here, not there, so that a flow refuses an unknown table without
 importing the store (and Arrow)."""
-
-built = tuple.__new__
-"""`built(Read, (step, seq, ...))`: a record NamedTuple from all its fields, without the class's Python-level
-`__new__` (half the cost: records are built several times per stage). Every field must be given, in order."""
 
 Verb = Literal["set", "append", "delete"]
 # map-item: one element of a `Pipeline.map` fan-out; tool: the same, marked tool=True (one tool call);
@@ -50,20 +46,9 @@ class Write(NamedTuple):
     value: Optional[str]
 
 
-_VALUE = itemgetter(Write._fields.index("value"))
-
-
-def value_chars(writes: Iterable[Sequence[Any]]) -> int:
-    """The characters of the JSON values some writes hold (`Write`s, or their fields as plain tuples)."""
-    return sum(map(len, filter(None, map(_VALUE, writes))))
-
-
-StepFields = tuple[int, str, str, str, int, str, Optional[str], int, int, Optional[int], Optional[str], tuple[str, ...]]
-"""A `Step`'s fields as a plain tuple, as the runner records it (`run.Records` says why)."""
-ReadFields = tuple[int, int, str, Optional[int], Optional[int]]
-"""A `Read`'s fields as a plain tuple, as the runner records it."""
-WriteFields = tuple[int, int, str, str, Optional[str]]
-"""A `Write`'s fields as a plain tuple, as the runner records it."""
+def value_chars(writes: Iterable[Write]) -> int:
+    """The characters of the JSON values some writes hold."""
+    return sum(len(w.value) for w in writes if w.value)
 
 
 class Decision(NamedTuple):

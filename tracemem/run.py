@@ -10,120 +10,88 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import TYPE_CHECKING, Any, Generic, Optional, Sequence, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .errors import RunNotFoundError, TracememError
-from .record import Decision, Read, ResumePoint, RunLoader, Step, ThreadRun, Write, built
+from .record import Decision, Read, ResumePoint, RunLoader, Step, ThreadRun, Write
 from .scope.paths import parse_path, root_of
 from .scope.diff import Change, diff_values
 from .scope.replay import replay_thread
 from .scope.schema import ScopeSchema
 
-LEAVES_NOTHING_OUT: frozenset[str] = frozenset()
-"""A run's `without` when it leaves nothing out: one shared empty set (each `frozenset()` is a new object the
-garbage collector tracks)."""
-
 if TYPE_CHECKING:
     from .trace.trace import Trace
 
-R = TypeVar("R", Step, Read, Write)
 
+class Previous:
+    """The run a run continues (`resume=`): held when it is the only record of itself, else weakly (one
+    recorded in the same store is read back from it when gone), so a long thread's runs never hold each
+    other and a thread held in memory grows with its turns, not their square."""
 
-class Records(Generic[R]):
-    """`Run.steps`, `Run.reads`, `Run.writes`: the run's records as `kind` NamedTuples, though the runner appends
-    plain field tuples (to `raw_steps`, `raw_reads`, `raw_writes`). Reading the attribute names those appended
-    since it was last read, in place (a tuple of records, as the store writer's copy holds them, becomes a list
-    first); setting it sets the raw list. Why: building a NamedTuple and freeing it costs ~1,700 instructions
-    against ~360 for a tuple, four times a stage, and most recorded runs are only ever written to the store,
-    which takes plain tuples."""
+    def __init__(self, run: Union["Run", ResumePoint], store: Optional[RunLoader]) -> None:
+        self.run_id = run.run_id
+        self._held: Optional[Run] = None
+        self._ref: Optional["weakref.ref[Run]"] = None
+        if isinstance(run, Run):
+            if store is not None and run.store is store:
+                self._ref = weakref.ref(run)
+            else:
+                self._held = run
+                if run.output_json is not None:  # its final state is the next run's start now: kept once
+                    run.output = None  # (`run.output` replays it on demand)
 
-    def __init__(self, kind: type[R]) -> None:
-        self.kind = kind
+    def at_hand(self) -> Optional["Run"]:
+        """The run, when it is held or still alive (None: load it from the store)."""
+        return self._held if self._held is not None or self._ref is None else self._ref()
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.raw, self.done = f"raw_{name}", f"named_{name}"
-
-    @overload
-    def __get__(self, run: None, owner: type) -> "Records[R]": ...
-
-    @overload
-    def __get__(self, run: "Run", owner: type) -> list[R]: ...
-
-    def __get__(self, run: Optional["Run"], owner: type) -> Union["Records[R]", list[R]]:
+    def load(self, store: Optional[RunLoader]) -> "Run":
+        """The run, at hand or loaded from `store` (then held)."""
+        run = self.at_hand()
         if run is None:
-            return self
-        raw, start = getattr(run, self.raw), getattr(run, self.done)
-        end = len(raw)  # (records another thread appends meanwhile are named by the next read)
-        if start != end:
-            if type(raw) is not list:
-                raw = list(raw)
-                setattr(run, self.raw, raw)
-            kind = self.kind
-            raw[start:end] = [r if type(r) is kind else built(kind, r) for r in raw[start:end]]
-            setattr(run, self.done, end)
-        return raw
-
-    def __set__(self, run: "Run", value: Union[list[Any], tuple[Any, ...]]) -> None:
-        setattr(run, self.raw, value)
-        setattr(run, self.done, 0)
+            if store is None:
+                raise TracememError(f"run {self.run_id} is not at hand; load it through the store it was recorded "
+                                    f"in")
+            run = self._held = store.run(self.run_id)  # type: ignore[assignment]
+        return run  # type: ignore[return-value]
 
 
 class Run:
-    """One pipeline run: steps, reads, writes, decisions, extra rows, and the final scope."""
-
-    # Facts most runs never change, as class defaults: a run is built once per `flow.run`, and each attribute
-    # set in `__init__` is work on that path. An assignment gives the run its own value.
-    ended_at: Optional[int] = None
-    status = "running"
-    error: Optional[str] = None
-    degraded: Optional[str] = None  # why a run that ends ok did less than it should (ctx.degrade)
-    _output: Any = None
-    output_json: Optional[str] = None  # runs.output: see ScopeSchema.dump_output
-    query: Optional[str] = None
-    trace_id: Optional[str] = None
-    continues: Optional[str] = None  # the run whose final state this run started from
-    thread_id: Optional[str] = None  # the first run of the thread it continues (None: it continues none)
-    store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
-    pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)
-    resume_at: Optional[dict[str, Any]] = None  # a paused run: the stage it continues at, and how
-    forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
-    forked_from_step: Optional[int] = None
-    span_id: Optional[str] = None  # its OpenTelemetry run span (of its latest stretch)
-    without: frozenset[str] = LEAVES_NOTHING_OUT  # sources ("kind:id") a counterfactual run leaves out
-    counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
-    kind = "run"  # "run", or how it was started from another: "fork", "replay" (a replaying fork), "counterfactual"
-    resumed_from: Optional[tuple[Any, ...]] = None  # resuming: how much of its record the store holds
-    entries: tuple[bytes, ...] = ()  # the store writer's copy of a journaled run: the journal entries
-    # that hold its steps, reads and writes in their place (store/backlog.queued)
-    named_steps = named_reads = named_writes = 0  # how many of raw_steps, raw_reads, raw_writes are named (Records)
-    steps = Records(Step)
-    reads = Records(Read)
-    writes = Records(Write)
-    _previous: Optional["Run"] = None  # the run it continues, held: nothing else could load it
-    _previous_ref: Optional["weakref.ref[Run]"] = None  # ... or, recorded in the same store, not held
+    """One pipeline run: its steps, reads, writes, decisions and extra rows (records, built once), the facts
+    of its `runs` row, and the final scope."""
 
     def __init__(self, *, run_id: str, pipeline: str, pipeline_hash: str, schema: Optional[ScopeSchema],
                  input_json: str, started_at: int, subject: Optional[str] = None,
                  parent_run_id: Optional[str] = None, parent_step: Optional[int] = None) -> None:
-        self.run_id = run_id
-        self.pipeline = pipeline
-        self.pipeline_hash = pipeline_hash
-        self.schema = schema
-        self.input_json = input_json
-        self.subject = subject
-        self.parent_run_id = parent_run_id
-        self.parent_step = parent_step
-        self.started_at = started_at
-        # its records as the runner makes them: plain field tuples (`steps`, `reads`, `writes` name them)
-        self.raw_steps: list[Any] = []
-        self.raw_reads: list[Any] = []  # (the store writer's copy of a run holds tuples: store/backlog.queued)
-        self.raw_writes: list[Any] = []
+        self.run_id, self.pipeline, self.pipeline_hash, self.schema = run_id, pipeline, pipeline_hash, schema
+        self.input_json, self.started_at, self.subject = input_json, started_at, subject
+        self.parent_run_id, self.parent_step = parent_run_id, parent_step
+        self.steps: list[Step] = []
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.children: list["Run"] = []
+        # the facts of its `runs` row (besides the above)
+        self.status, self.error, self.ended_at = "running", None, None
+        self.output_json: Optional[str] = None  # runs.output: see ScopeSchema.dump_output
+        self.degraded: Optional[str] = None  # why a run that ended ok did less than it should (ctx.degrade)
+        self.query: Optional[str] = None
         self.notes: list[str] = []  # what tracemem had to change, or could not store, of this run (runs.notes)
+        self.pending: Any = None  # a paused run: what it asks (the `ctx.interrupt` payload)
+        self.resume_at: Optional[dict[str, Any]] = None  # a paused run: the stage it continues at, and how
+        self.kind = "run"  # or how it started from another run: "fork", "replay" (a replaying fork), "counterfactual"
+        self.forked_from_run_id: Optional[str] = None  # a fork (`flow.fork`): the run and step it started from
+        self.forked_from_step: Optional[int] = None
+        self.counterfactual: Optional[dict[str, Any]] = None  # what a counterfactual run tests (JSON-able)
+        self.without: frozenset[str] = frozenset()  # sources ("kind:id") a counterfactual run leaves out
+        self.continues: Optional[str] = None  # the run whose final state this run started from
+        self.thread_id: Optional[str] = None  # the first run of the thread it continues (None: it continues none)
+        self.trace_id: Optional[str] = None  # its OpenTelemetry trace and run span (of its latest stretch),
+        self.span_id: Optional[str] = None  # annotated by the OpenTelemetry listener
         self.tools: dict[str, Optional[str]] = {}  # stage id → description, for stages marked tool=True
-        self.links: list[tuple[str, str]] = []  # resuming: (trace id, span id) of its spans before the pause
+        self.store: Optional[RunLoader] = None  # the store it was recorded into, for cross-run reading
+        self._output: Any = None
+        self._previous: Optional[Previous] = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.pipeline} {self.status} steps={len(self.steps)}>"
@@ -145,11 +113,6 @@ class Run:
         return self.status == "ok"
 
     @property
-    def paused(self) -> bool:
-        """True when the run waits for an answer (`run.pending` says what it asks; `flow.resume` answers)."""
-        return self.status == "paused"
-
-    @property
     def input(self) -> dict[str, Any]:
         """The starting scope (run input plus defaults) as JSON data."""
         return json.loads(self.input_json)
@@ -167,40 +130,17 @@ class Run:
         raise TracememError(f"run {self.run_id} has no step {ref!r}; steps: "
                             + ", ".join(f"{s.step}:{s.stage}" for s in self.steps))
 
-    def set_records(self, steps: Sequence[Any], reads: Sequence[Any], writes: Sequence[Any]) -> None:
-        """Set `steps`, `reads` and `writes` at once, as setting each does (`Records.__set__`), in one call: the
-        store writer's copy of every run is made this way (store/backlog.queued)."""
-        self.raw_steps, self.raw_reads, self.raw_writes = steps, reads, writes
-        self.named_steps = self.named_reads = self.named_writes = 0
-
     # -- threads ------------------------------------------------------------------
     def continue_from(self, previous: Union["Run", ResumePoint]) -> None:
-        """Mark this run as continuing `previous` (the runner does this for `resume=`). A run recorded in
-        this run's store is not kept alive by it (it is read back from the store when needed, so a long
-        thread's runs never hold each other); any other run is, being the only record of itself."""
+        """Mark this run as continuing `previous` (the runner does this for `resume=`)."""
         self.continues = previous.run_id
         self.thread_id = previous.thread_id or previous.run_id
-        if isinstance(previous, Run):
-            if self.store is not None and previous.store is self.store:
-                self._previous_ref = weakref.ref(previous)
-            else:
-                self._previous = previous
-                if previous.output_json is not None:  # its final state is this run's start now: kept once, not
-                    previous._output = None  # per run (`previous.output` replays it on demand), so a thread
-                    #                          held in memory grows with its turns, not their square
-
-    def _held(self) -> Optional["Run"]:
-        """The run this one continued, when it is at hand (held, or still alive)."""
-        if self._previous is None and self._previous_ref is not None:
-            return self._previous_ref()
-        return self._previous
+        self._previous = Previous(previous, self.store)
 
     def previous(self) -> Optional["Run"]:
         """The run this one continued (`flow.run(..., resume=...)`), loaded on demand."""
-        held = self._held()
-        if self.continues and held is None:
-            held = self._previous = self._loader().run(self.continues)
-        return held
+        return self._previous.load(self.store) if self._previous is not None else (
+            self.store.run(self.continues) if self.continues and self.store is not None else None)  # type: ignore[return-value]
 
     def committed_writes(self, root: Optional[str] = None) -> list[Write]:
         """Writes of the steps that finished (a failed step's writes were never committed), optionally
@@ -213,45 +153,29 @@ class Run:
         given): live runs where at hand, the rest from the store in one load (`load=False`: only the
         runs at hand)."""
         chain, run = [self], self
-        while run.continues:
-            held = run._held()
-            if held is None:
-                break
+        while run.continues and run._previous is not None and (held := run._previous.at_hand()) is not None:
             run = held
             chain.append(run)
         older: list[ThreadRun] = []
         if run.continues and load:
             try:
-                older = self._loader().thread(run.continues, root)
+                older = _loader(self).thread(run.continues, root)
             except RunNotFoundError:  # the run it continues is gone (pruned): here the thread starts later
                 older = []
         return older + [ThreadRun(r.run_id, json.loads(r.input_json), not r.continues, r.committed_writes(root), r)
                         for r in reversed(chain)]
 
-    def _loader(self) -> RunLoader:
-        if self.store is None:
-            raise TracememError(f"run {self.run_id} continues run {self.continues}, which is not at hand; "
-                                f"load it through the store it was recorded in")
-        return self.store
-
     # -- replay -------------------------------------------------------------------
-    def _replay(self, upto: Optional[int]) -> dict[str, Any]:
-        reset = self.schema.default if self.schema else (lambda name: None)
-        thread = self.thread()
-        if not thread[0].first:  # its earliest turns were pruned (prune(force=True)): say so, never guess
-            raise TracememError(self._loader().broken_thread(self.run_id, thread[0].run_id))
-        return replay_thread(thread, reset, upto)
-
     def state_at(self, step: Union[int, str, None] = None) -> Any:
         """The scope as it was after `step` (a number or stage id; None = the end), by replaying writes."""
         upto = None if step is None else self.step(step).step
-        data = self._replay(upto)
+        data = _replayed(self, upto)
         return self.schema.rebuild(data) if self.schema else data
 
     def value_at(self, path: str, step: Union[int, str, None] = None) -> Any:
         """One path's value after `step` (None = the end)."""
         upto = None if step is None else self.step(step).step
-        value: Any = self._replay(upto)
+        value: Any = _replayed(self, upto)
         for key in parse_path(path):
             try:
                 value = value[key]
@@ -273,6 +197,22 @@ class Run:
 
         return backtrack(self, path, max_depth=max_depth, max_nodes=max_nodes, cross_runs=cross_runs,
                          provenance=provenance)
+
+
+def _loader(run: Run) -> RunLoader:
+    if run.store is None:
+        raise TracememError(f"run {run.run_id} continues run {run.continues}, which is not at hand; "
+                            f"load it through the store it was recorded in")
+    return run.store
+
+
+def _replayed(run: Run, upto: Optional[int]) -> dict[str, Any]:
+    """The scope after step `upto` (None: the end), replayed from the whole thread's writes."""
+    reset = run.schema.default if run.schema else (lambda name: None)
+    thread = run.thread()
+    if not thread[0].first:  # its earliest turns were pruned (prune(force=True)): say so, never guess
+        raise TracememError(_loader(run).broken_thread(run.run_id, thread[0].run_id))
+    return replay_thread(thread, reset, upto)
 
 
 def _final(run: Run) -> Any:

@@ -9,7 +9,9 @@ from typing import Any, Optional, Sequence
 import duckdb
 
 from ..errors import TracememError
+from ..store.registry import open_stores
 from . import accountability, copy, data, explain, graph, memory, resume, runs, ui, why
+from .signals import install_sigterm_flush
 from .common import Commands, common_options
 from .render import Visible, visible
 
@@ -33,6 +35,8 @@ def build_parser(extra: Optional[Commands] = None) -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None, out: Any = None, extra: Optional[Commands] = None) -> int:
     """Run one command; `extra` adds commands defined outside the engine (e.g. `demo`)."""
     args = build_parser(extra).parse_args(argv)
+    if argv is None:  # the `tracemem` command itself (not a call from Python): SIGTERM writes queued runs first
+        install_sigterm_flush(open_stores.flush_all)
     out = Visible(out or sys.stdout)  # stored text never drives the terminal (render.visible)
     commands = {**ENGINE_COMMANDS, **(extra or {})}
     try:

@@ -63,7 +63,7 @@ def cmd_show(args: argparse.Namespace, out: Any) -> None:
     print(f"run {run.run_id}  pipeline {run.pipeline} ({run.pipeline_hash})  status {run.status}", file=out)
     for label, value in (("error", run.error), ("degraded", run.degraded), ("subject", run.subject),
                          ("trace id", run.trace_id), ("parent run", run.parent_run_id),
-                         ("continues run", run.continues), ("asks", json.dumps(run.pending) if run.paused else None),
+                         ("continues run", run.continues), ("asks", json.dumps(run.pending) if run.status == "paused" else None),
                          ("forked from", run.forked_from_run_id and
                           f"run {run.forked_from_run_id} after step {run.forked_from_step} (a {run.kind})"),
                          ("duration", f"{duration:.2f} ms" if duration is not None else None)):

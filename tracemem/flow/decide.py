@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import pydantic_core
 
 from ..errors import TracememError
-from ..scope.view import ScopeView, recorder_of
+from ..scope.recorder import ScopeView, recorder_of
 
 Rule = tuple[str, Callable[[Any], bool], str]
 

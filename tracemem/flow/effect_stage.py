@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pydantic_core
 
 from ..scope.tracked import unwrap
-from ..scope.view import recorder_of, write_path
+from ..scope.recorder import recorder_of, write_path
 from .effects import effect_hash, replayed_result
 
 __all__ = ["effect_stage"]

@@ -1,18 +1,18 @@
-"""What a running flow says as it goes: typed events for `flow.stream()` / `flow.astream()`.
+"""What a running flow says as it goes: one stream of typed events, for every listener.
 
-A chat UI needs more than the final answer: the tokens as the model writes them,
-which tool it is calling, which branch was taken, and when the run is over. These
-events carry exactly that, as they happen, for any flow:
+The runner emits these as the run happens, to every listener passed to it (a callable
+taking an event): the store records from them, the OpenTelemetry export builds spans
+from them, `flow.stream()` hands them to a chat UI, and a user's own hook sees the same:
 
-    RunStarted → StepStarted → TokenDelta … / ToolCallEvent (requested) … → ToolCallEvent (finished,
-    a tool step) → StepFinished (its writes) → DecisionEvent (a decider) → … → RunFinished | RunPaused
-    | RunFailedEvent
+    RunStarted → StepStarted → TokenDelta … / ToolCallEvent (requested) … → StepFinished (its
+    record: step, reads, writes, decision, rows) → DecisionEvent (a decider) → … →
+    RunFinished | RunPaused | RunFailedEvent
 
-`EventFeed` makes them: it is a `Sink` (run started, step finished with its writes and
-decision, run ended) plus the runner's two live hooks, a step beginning and a model
-token arriving (`ctx.complete` streams its call while a feed is attached). Without a
-feed the runner pays one `is None` check per step. A subflow's steps stream too, with
-the child run's id; the run events (started, finished, failed) are the streamed run's.
+Events carry ids and values (the recorded `Step`, `Read`s, `Write`s; the run's record,
+`Run`, at its start and end), never the runner's own objects. Listeners are independent
+of one another's order: each keeps its own state. Tokens and requested tool calls come
+from `ctx.complete` and go to the stream only (`EventFeed`, which `flow.stream` attaches).
+A subflow's steps are events too, with the child run's id and `parent_run_id` set.
 """
 from __future__ import annotations
 
@@ -20,20 +20,24 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, Union
 
-from ..record import Decision, ReadFields, Step, StepFields, StepKind, Write, WriteFields, built
+from ..record import Decision, Read, Step, StepKind, Write
 
 if TYPE_CHECKING:
     from ..run import Run
-    from .spec import StageSpec
 
 __all__ = ["RunStarted", "StepStarted", "StepFinished", "TokenDelta", "ToolCallEvent", "DecisionEvent",
-           "RunFinished", "RunPaused", "RunFailedEvent", "FlowEvent", "EventFeed"]
+           "RunFinished", "RunPaused", "RunFailedEvent", "RunEnded", "FlowEvent", "Listener", "EventFeed", "ended"]
 
 
 @dataclass(frozen=True)
 class RunStarted:
+    """A run began (or a paused or interrupted one carries on: `resumed` then says how much of its record
+    came before, as counts of its steps, reads, writes, decisions and rows by table)."""
+
     run_id: str
     pipeline: str
+    run: "Run" = field(compare=False, repr=False)
+    resumed: Optional[tuple[Any, ...]] = field(default=None, compare=False, repr=False)
     kind: Literal["run_started"] = "run_started"
 
 
@@ -45,6 +49,7 @@ class StepStarted:
     name: str
     step_kind: StepKind
     iteration: int
+    parent_run_id: Optional[str] = field(default=None, compare=False, repr=False)
     kind: Literal["step_started"] = "step_started"
 
 
@@ -63,7 +68,20 @@ class StepFinished:
     writes: tuple[Write, ...]
     started_at: int  # ns since epoch
     ended_at: int
+    record: Optional[Step] = field(default=None, compare=False, repr=False)  # the step as recorded
+    reads: tuple[Read, ...] = field(default=(), compare=False, repr=False)
+    decision: Optional[Decision] = field(default=None, compare=False, repr=False)
+    rows: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), compare=False, repr=False)  # (table, row)
+    parent_run_id: Optional[str] = field(default=None, compare=False, repr=False)
     kind: Literal["step_finished"] = "step_finished"
+
+    @classmethod
+    def of(cls, run: "Run", step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
+           rows: list[tuple[str, dict[str, Any]]]) -> "StepFinished":
+        """The event of a step as the runner recorded it."""
+        return cls(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status, step.error,
+                   tuple(writes), step.started_at, step.ended_at, step, tuple(reads), decision, tuple(rows),
+                   run.parent_run_id)
 
     @property
     def duration_ms(self) -> float:
@@ -150,6 +168,19 @@ class RunPaused:
 
 FlowEvent = Union[RunStarted, StepStarted, StepFinished, TokenDelta, ToolCallEvent, DecisionEvent, RunFinished,
                   RunPaused, RunFailedEvent]
+Listener = Callable[[Any], None]
+"""What hears a run's events: any callable taking one (it ignores the kinds it does not need)."""
+RunEnded = (RunFinished, RunPaused, RunFailedEvent)
+
+
+def ended(run: "Run") -> Any:
+    """The event that ends `run`: finished, paused (with what it asks) or failed (interrupted too)."""
+    if run.status == "ok":
+        return RunFinished(run.run_id, run.status, run)
+    if run.status == "paused":
+        at = run.resume_at or {}
+        return RunPaused(run.run_id, at.get("stage"), run.pending, at.get("expect"), run)
+    return RunFailedEvent(run.run_id, run.status, run.error, run)
 
 
 def _arguments(value: Any) -> Optional[dict[str, Any]]:
@@ -162,14 +193,22 @@ def _arguments(value: Any) -> Optional[dict[str, Any]]:
 
 
 class EventFeed:
-    """Turns what the runner does into `FlowEvent`s handed to `emit` (a Sink plus two live hooks)."""
+    """The listener `flow.stream` attaches: every event of the streamed run (a subflow's steps too, not its run
+    events) goes to `emit`, tool results as `ToolCallEvent`s; `ctx.complete` adds tokens and requested calls."""
 
     def __init__(self, emit: Callable[[Any], None]) -> None:
         self.emit = emit
 
-    # -- the runner's live hooks ------------------------------------------------------
-    def step_started(self, run: "Run", step: int, spec: "StageSpec", kind: StepKind, iteration: int) -> None:
-        self.emit(StepStarted(run.run_id, step, spec.id, spec.name, kind, iteration))
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, StepFinished):
+            for table, row in event.rows:
+                if table == "tool_calls":
+                    self.emit(ToolCallEvent(event.run_id, event.step, row["call_id"], row["name"],
+                                            _arguments(row.get("arguments")), "finished", row.get("result"),
+                                            row.get("error"), row.get("duration_ms")))
+        elif isinstance(event, (RunStarted, *RunEnded)) and event.run.parent_run_id is not None:
+            return  # a subflow's run shows as its parent's subflow step
+        self.emit(event)
 
     def token_callback(self, run_id: str, step: int, stage: str,
                        also: Optional[Callable[[str], None]] = None) -> Callable[[str], None]:
@@ -187,33 +226,3 @@ class EventFeed:
     def tool_requested(self, run_id: str, step: int, stage: str, calls: Sequence[Any]) -> None:
         for call in calls:
             self.emit(ToolCallEvent(run_id, step, call.id, call.name, call.arguments, "requested"))
-
-    # -- the Sink protocol ------------------------------------------------------------
-    def begin_run(self, run: "Run") -> Callable[..., None]:
-        if run.parent_run_id is None:  # a subflow's run shows as its parent's subflow step
-            self.emit(RunStarted(run.run_id, run.pipeline))
-        return self.step_started
-
-    def step_done(self, run: "Run", fields: StepFields, reads: list[ReadFields], writes: list[WriteFields],
-                  decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
-        step = built(Step, fields)
-        for table, row in rows:
-            if table == "tool_calls":
-                self.emit(ToolCallEvent(run.run_id, step.step, row["call_id"], row["name"],
-                                        _arguments(row.get("arguments")), "finished", row.get("result"),
-                                        row.get("error"), row.get("duration_ms")))
-        self.emit(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
-                               step.error, tuple(built(Write, w) for w in writes), step.started_at, step.ended_at))
-        if decision is not None:
-            self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
-
-    def end_run(self, run: "Run") -> None:
-        if run.parent_run_id is not None:
-            return
-        if run.status == "ok":
-            self.emit(RunFinished(run.run_id, run.status, run))
-        elif run.status == "paused":
-            at = run.resume_at or {}
-            self.emit(RunPaused(run.run_id, at.get("stage"), run.pending, at.get("expect"), run))
-        else:
-            self.emit(RunFailedEvent(run.run_id, run.status, run.error, run))

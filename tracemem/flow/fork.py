@@ -1,13 +1,11 @@
 """Forks: running parallel branches and merging what they wrote.
 
-Sync branches run in threads, async ones under `asyncio.gather` (sync ones then via
-`asyncio.to_thread`). The caller's thread runs sync branches one after another, and
-helper threads join only once a branch stalls (flow/stalls.py): quick branches never
-pay for a hand-off (tens of µs on a busy machine), and a branch that waits (a tool
-calling a server) holds the others up by at most a millisecond. Each branch writes into
-its own recorder; the merge applies them in declared order — so appends to one
-list merge in that order — after checking that no two branches set the same path.
-The runner hands in a callback per branch, so this module never sees the runner.
+Sync branches run in threads — the first in the caller's thread, the others in the
+flow's `BranchPool` — and async ones under `asyncio.gather` (sync ones then via
+`asyncio.to_thread`). Each branch writes into its own recorder; the merge applies them
+in declared order — so appends to one list merge in that order — after checking that
+no two branches set the same path. The runner hands in a callback per branch, so this
+module never sees the runner.
 """
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ from ..errors import ForkConflictError, TracememError
 from ..scope.paths import Path, apply_write, format_path
 from ..scope.recorder import RunState, StepRecorder
 from ..scope.tracked import unwrap
-from .stalls import ClaimSet, StallWatch
 from .sync import run_sync
 
 
@@ -39,31 +36,24 @@ class BranchOutcome:
 
 
 class BranchPool:
-    """The threads sync branches run in, started on first use and shared by every fork."""
+    """The threads a flow's sync branches run in: made on first use, owned by the flow (a forked child
+    process makes its own)."""
 
     def __init__(self, max_workers: int = 32) -> None:
         self.max_workers = max_workers
         self._pool: Optional[ThreadPoolExecutor] = None
+        self._pid = os.getpid()
         self._lock = threading.Lock()
-        self.watch = StallWatch()  # gets a branch set helpers once one of its branches stalls
 
     def get(self) -> ThreadPoolExecutor:
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="tracemem-fork")
+            if self._pool is None or self._pid != os.getpid():  # (a forked child has none of its parent's threads)
+                self._pool, self._pid = ThreadPoolExecutor(self.max_workers, "tracemem-branch"), os.getpid()
             return self._pool
 
-    def forked(self) -> None:
-        """In a forked child: the parent's pool and watcher threads did not come along; start afresh."""
-        self._pool, self._lock, self.watch = None, threading.Lock(), StallWatch()
 
-
-branch_pool = BranchPool()
-os.register_at_fork(after_in_child=branch_pool.forked)
-
-
-async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[bool],
-                       async_mode: bool) -> list[BranchOutcome]:
+async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[bool], async_mode: bool,
+                       pool: BranchPool) -> list[BranchOutcome]:
     """Run branch i by awaiting `call(i)`, every branch to completion; errors are returned, not raised."""
 
     def call_sync(i: int) -> BranchOutcome:
@@ -86,14 +76,9 @@ async def run_branches(call: Callable[[int], Awaitable[Any]], is_async: list[boo
 
     if async_mode:
         return list(await asyncio.gather(*(call_async(i) for i in range(len(is_async)))))
-    return run_claimed(call_sync, len(is_async))
-
-
-def run_claimed(call: Callable[[int], BranchOutcome], count: int) -> list[BranchOutcome]:
-    """`call(i)` for every i < count, in this thread, with helper threads once a branch stalls (flow/stalls.py)."""
-    if count == 0:
-        return []
-    return ClaimSet(call, count, branch_pool.get()).run(branch_pool.watch)
+    others = [pool.get().submit(call_sync, i) for i in range(1, len(is_async))]
+    done = [call_sync(0)] if is_async else []
+    return done + [future.result() for future in others]
 
 
 def fork_conflict(ids: list[str], recs: list[StepRecorder]) -> Optional[ForkConflictError]:

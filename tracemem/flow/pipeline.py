@@ -19,14 +19,14 @@ A run can stop to ask a human (`ctx.interrupt`, `.then(fn, pause_before=True)`):
 starts a new run from any recorded step (both in `flow/resume.py`).
 
 The builder sits beside its product, so nothing imports back: `Flow.run` assembles
-the sinks (the store's, OpenTelemetry's, the process-wide defaults) and hands the
-runner the compiled `Program`; the runner never sees the Flow.
+the listeners (the flow's, the call's, the store's, an OpenTelemetry export's) and
+hands the runner the compiled `Program`; the runner never sees the Flow.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import (Any, AsyncIterator, Callable, Generic, Iterable, Iterator, Mapping, Optional, TypeVar, Union,
-                    get_origin)
+from typing import (Any, AsyncIterator, Callable, Generic, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar,
+                    Union, get_origin)
 
 from pydantic import BaseModel
 
@@ -34,16 +34,14 @@ from ..errors import PipelineError, TracememError
 from ..record import ResumePoint
 from ..run import Run
 from .program import Program
-from .events import FlowEvent
+from .events import FlowEvent, Listener
 from .answers import expect_ref
 from .effect_stage import effect_stage
 from .interrupt import NO_ANSWER
 from .resume import fork_execution, resume_execution
 from .runner import Execution
-from .sinks import Sink, default_sinks
 from .spec import BranchNode, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode, stage_spec
 from .streaming import astream_run, stream_run
-from .sync import run_sync
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -170,16 +168,18 @@ class Pipeline(Generic[S]):
         self.nodes.append(LoopNode(id or f"loop→{target}", target, when, max_iterations))
         return self
 
-    def build(self) -> "Flow[S]":
-        """Validate and compile; errors name the offending stage."""
-        return Flow(self)
+    def build(self, *, listeners: Sequence[Listener] = ()) -> "Flow[S]":
+        """Validate and compile; errors name the offending stage. `listeners` hear every run of the flow (each
+        a callable taking the run's events, tracemem/flow/events.py): e.g. `tracemem.otel.OTelListener(tp)`."""
+        return Flow(self, listeners)
 
 
 class Flow(Generic[S]):
     """A validated, runnable pipeline (`Pipeline.build()`)."""
 
-    def __init__(self, pipeline: Pipeline[S]) -> None:
+    def __init__(self, pipeline: Pipeline[S], listeners: Sequence[Listener] = ()) -> None:
         self.pipeline = pipeline
+        self.listeners = list(listeners)  # every run of this flow reports to them (besides a call's own)
         self.name = pipeline.name
         self.scope = pipeline.scope
         self.program = Program(pipeline)
@@ -201,7 +201,7 @@ class Flow(Generic[S]):
 
     def run(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
             subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
-            tracer_provider: Any = None, resume: Any = None) -> Run:
+            tracer_provider: Any = None, resume: Any = None, listeners: Sequence[Listener] = ()) -> Run:
         """Run to completion and return the recorded `Run` (raises `RunFailed` on failure
         unless `raise_on_error=False`; the failed run is recorded either way). A run that asks a
         human returns with status `paused` and `run.pending` (see `resume`).
@@ -209,40 +209,40 @@ class Flow(Generic[S]):
         `resume=<Run or run id>` starts from that run's final state (a conversation
         thread): only `inputs` are recorded as this run's input, and reads of the
         carried-over state trace back into the earlier run."""
-        return self._drive(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
+        return self._drive(self._execution(inputs, env, store, subject, durability, tracer_provider, resume, listeners),
                            raise_on_error, "arun")
 
     async def arun(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
                    subject: Optional[str] = None, durability: Optional[str] = None, raise_on_error: bool = True,
-                   tracer_provider: Any = None, resume: Any = None) -> Run:
+                   tracer_provider: Any = None, resume: Any = None, listeners: Sequence[Listener] = ()) -> Run:
         """`run` for callers already inside an event loop."""
-        exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume)
+        exe = self._execution(inputs, env, store, subject, durability, tracer_provider, resume, listeners)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def stream(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
                subject: Optional[str] = None, durability: Optional[str] = None, tracer_provider: Any = None,
-               resume: Any = None) -> Iterator[FlowEvent]:
+               resume: Any = None, listeners: Sequence[Listener] = ()) -> Iterator[FlowEvent]:
         """Run and yield typed events as they happen (`tracemem.flow.events`): run started, step started,
         model token deltas, tool calls, step finished (with its writes), decisions, run finished or failed
         (a failed run ends the stream with `RunFailedEvent`, a paused one with `RunPaused` carrying what it asks;
         nothing is raised for either). Leaving the loop
         early stops the run before its next step and records it `interrupted`, everything so far kept."""
-        return stream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
+        return stream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume, listeners),
                           self.program.has_async)
 
     def astream(self, inputs: Any = None, *, env: Optional[Mapping[str, Any]] = None, store: Any = None,
                 subject: Optional[str] = None, durability: Optional[str] = None, tracer_provider: Any = None,
-                resume: Any = None) -> AsyncIterator[FlowEvent]:
+                resume: Any = None, listeners: Sequence[Listener] = ()) -> AsyncIterator[FlowEvent]:
         """`stream` for async code (`async for event in flow.astream(...)`): the run goes on a worker thread,
         so a sync stage never holds your event loop; close it early with `contextlib.aclosing`."""
-        return astream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume),
+        return astream_run(self._execution(inputs, env, store, subject, durability, tracer_provider, resume, listeners),
                            self.program.has_async)
 
     # -- pause, resume, fork (flow/resume.py) ----------------------------------------------
     def resume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
                tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True,
-               live_effects: bool = False) -> Run:
+               live_effects: bool = False, listeners: Sequence[Listener] = ()) -> Run:
         """Continue a `paused` run (or one a crash left `interrupted`) where it stopped, in any process:
         the same run id, step numbers carrying on, finished stages never run again. The stage that asked
         is re-entered and `ctx.interrupt` returns `answer` (recorded as a human input, given `by` whom;
@@ -251,23 +251,26 @@ class Flow(Generic[S]):
         Side effects the re-entered stage made before it paused are replayed, not made again, unless
         `live_effects=True` (flow/effects.py)."""
         exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
-                               sinks=self._sinks(store, durability, tracer_provider), live_effects=live_effects)
+                               listeners=self._listeners(store, durability, tracer_provider, listeners),
+                               live_effects=live_effects)
         return self._drive(exe, raise_on_error, "aresume")
 
     async def aresume(self, run: Any, answer: Any = NO_ANSWER, *, store: Any = None, by: Optional[str] = None,
                       env: Optional[Mapping[str, Any]] = None, durability: Optional[str] = None,
                       tracer_provider: Any = None, replay: bool = False, raise_on_error: bool = True,
-                      live_effects: bool = False) -> Run:
+                      live_effects: bool = False, listeners: Sequence[Listener] = ()) -> Run:
         """`resume` for callers already inside an event loop."""
         exe = resume_execution(self.program, run, answer, store=store, by=by, env=env, replay=replay,
-                               sinks=self._sinks(store, durability, tracer_provider), live_effects=live_effects)
+                               listeners=self._listeners(store, durability, tracer_provider, listeners),
+                               live_effects=live_effects)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def fork(self, run: Any, after_step: Union[int, str], *, edits: Optional[Mapping[str, Any]] = None,
              store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
              durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
              raise_on_error: bool = True, without: Iterable[str] = (),
-             counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False) -> Run:
+             counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False,
+             listeners: Sequence[Listener] = ()) -> Run:
         """Start a new run from `run`'s recorded state after `after_step` (a step number, or a stage id: its
         last execution; 0: the run's start) with `edits` ({path: value}, validated like writes) applied as its first step. Lineage is
         recorded (`forked_from_run_id`, `forked_from_step`); `replay=True` answers every model call whose
@@ -277,7 +280,7 @@ class Flow(Generic[S]):
         makes every effect live again (flow/effects.py). `without` lists sources the new run leaves out (see
         `trace.counterfactual`)."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
-                             subject=subject, sinks=self._sinks(store, durability, tracer_provider),
+                             subject=subject, listeners=self._listeners(store, durability, tracer_provider, listeners),
                              without=without, counterfactual=counterfactual, live_effects=live_effects)
         return self._drive(exe, raise_on_error, "afork")
 
@@ -285,18 +288,18 @@ class Flow(Generic[S]):
                     store: Any = None, env: Optional[Mapping[str, Any]] = None, subject: Optional[str] = None,
                     durability: Optional[str] = None, tracer_provider: Any = None, replay: bool = False,
                     raise_on_error: bool = True, without: Iterable[str] = (),
-                    counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False) -> Run:
+                    counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False,
+             listeners: Sequence[Listener] = ()) -> Run:
         """`fork` for callers already inside an event loop."""
         exe = fork_execution(self.program, run, after_step, edits=edits, store=store, env=env, replay=replay,
-                             subject=subject, sinks=self._sinks(store, durability, tracer_provider),
+                             subject=subject, listeners=self._listeners(store, durability, tracer_provider, listeners),
                              without=without, counterfactual=counterfactual, live_effects=live_effects)
         return await exe.execute(raise_on_error, async_mode=True)
 
     def _drive(self, exe: Execution, raise_on_error: bool, async_name: str) -> Run:
         """Execute without an event loop when no stage is async, else under `asyncio.run`."""
         if not self.program.has_async:
-            return run_sync(exe.execute(raise_on_error, async_mode=False),
-                            f"flow '{self.name}' suspended without async stages; use `await flow.{async_name}(...)`")
+            return exe.run_sync(raise_on_error)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -305,21 +308,24 @@ class Flow(Generic[S]):
                             f"use `await flow.{async_name}(...)`")
 
     def _execution(self, inputs: Any, env: Optional[Mapping[str, Any]], store: Any, subject: Optional[str],
-                   durability: Optional[str], tracer_provider: Any, resume: Any) -> Execution:
+                   durability: Optional[str], tracer_provider: Any, resume: Any,
+                   listeners: Sequence[Listener]) -> Execution:
         return Execution(self.program, inputs, env=env, store=store, subject=subject,
-                         sinks=self._sinks(store, durability, tracer_provider),
+                         listeners=self._listeners(store, durability, tracer_provider, listeners),
                          resume=self._previous(resume, store))
 
-    def _sinks(self, store: Any, durability: Optional[str], tracer_provider: Any) -> list[Sink]:
-        """Where this run is recorded: the process-wide sinks, the store, a per-run OpenTelemetry export."""
-        sinks = default_sinks.all()
+    def _listeners(self, store: Any, durability: Optional[str], tracer_provider: Any,
+                   listeners: Sequence[Listener]) -> list[Listener]:
+        """Who hears this run: an OpenTelemetry export to the call's provider (first: it exports the run rather
+        than one the flow's listeners hold), the flow's own listeners, the call's, the store."""
+        out = [*self.listeners, *listeners]
         if store is not None:
-            sinks.append(store.sink(durability))
+            out.append(store.listener(durability))
         if tracer_provider is not None:
-            from ..otel import OTelSink
+            from ..otel import OTelListener
 
-            sinks.insert(0, OTelSink(tracer_provider))  # first: it sets run.trace_id before the store writes
-        return sinks
+            out.insert(0, OTelListener(tracer_provider))
+        return out
 
     def _previous(self, resume: Any, store: Any) -> Union[Run, ResumePoint, None]:
         """The run `resume=` names (a Run, or a run id looked up in `store`), checked to fit this flow."""

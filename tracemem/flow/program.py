@@ -20,7 +20,8 @@ import networkx as nx
 from ..errors import PipelineError
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-from ..scope.view import ScopeView, view_class
+from ..scope.recorder import ScopeView, view_class
+from .fork import BranchPool
 from .interrupt import mentions_interrupt
 from .spec import BranchNode, Declaration, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode
 
@@ -86,6 +87,7 @@ class Program:
         self.view_class: type[ScopeView] = view_class(self.schema)
         self.hash = self.fingerprint()
         self.tools = {s.id: s.description for s in self.specs if s.tool}  # stage id → description
+        self.pool = BranchPool()  # the threads its fork branches and map steps run in (flow/fork.py)
         self.has_async = any(s.is_async for s in self.specs) or any(
             i.op == "loop" and callable(i.node.when) and inspect.iscoroutinefunction(i.node.when)
             for i in self.ins)

@@ -19,22 +19,22 @@ answered from the record (`flow/replay.py`).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping, Optional, TYPE_CHECKING, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, TYPE_CHECKING, Union
 
 from ..errors import PathError, ResumeError, RunNotFoundError, ScopeReadError, ScopeWriteError, TracememError
 from ..ids import new_id
 from ..run import Run
 from ..scope.recorder import RunState, StepRecorder
-from ..scope.view import new_view, write_path
+from ..scope.recorder import new_view, write_path
 from .answers import check_answer
-from .context import ReadOnlyArgs
 from .interrupt import NO_ANSWER, Answer, Delivery, json_text
 from .position import initial_scope, locate, scope_at
 from .program import Program
 from .effects import EffectBook, EffectPolicy
 from .replay import ReplayBook
-from .runner import Execution
-from .sinks import Sink
+from .runner import PROCESS_SALT, Execution
+from .steps import StartPoint
+from .events import Listener
 from .spec import StageSpec
 
 if TYPE_CHECKING:
@@ -108,29 +108,18 @@ def _claim(run: Run, store: Any) -> str:
     return before
 
 
-def _resumed(run: Run) -> None:
-    """The run carries on: its record so far is in the store, its earlier spans are linked to."""
-    run.resumed_from = (len(run.raw_steps), len(run.raw_reads), len(run.raw_writes), len(run.decisions),
-                        {t: len(rows) for t, rows in run.rows.items()})
-    if run.trace_id:
-        run.links = [(run.trace_id, run.span_id or "")]
+def _resumed(run: Run) -> tuple[Any, ...]:
+    """The run carries on: how much of its record there was (its earlier spans: the last item, to link to)."""
+    mark = (len(run.steps), len(run.reads), len(run.writes), len(run.decisions),
+            {t: len(rows) for t, rows in run.rows.items()}, (run.trace_id, run.span_id) if run.trace_id else None)
     run.trace_id = run.span_id = None
     run.error, run.pending, run.resume_at, run.ended_at = None, None, None, None
-
-
-def _restore(exe: Execution, program: Program, run: Run, data: dict[str, Any],
-             last: dict[str, tuple[int, int]], pos: "Position", args: dict[str, Any]) -> None:
-    exe.state = RunState(program.schema, data, exe.salt)
-    exe.state.last_write.update(last)
-    exe.args = ReadOnlyArgs(args)
-    exe.run = run
-    exe.pc, exe.counts, exe.loops = pos.pc, dict(pos.counts), pos.loops
-    exe.restored = True
+    return mark
 
 
 def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO_ANSWER, *, store: Any = None,
                      by: Optional[str] = None, env: Optional[Mapping[str, Any]] = None,
-                     sinks: Optional[list[Sink]] = None, replay: bool = False, child: bool = False,
+                     listeners: Sequence[Listener] = (), replay: bool = False, child: bool = False,
                      live_effects: bool = False) -> Execution:
     """An Execution that continues a paused or interrupted run where it stopped (see the module doc)."""
     run = _load(target, store, "resume")
@@ -145,8 +134,7 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
     if given:
         json_text(answer)
         _check_answer(program, run, answer, store)
-    paused = pos.paused
-    asked = run.status == "paused" or paused is not None
+    asked = run.status == "paused" or pos.paused is not None
     if not asked and given:
         raise ResumeError(f"run {run.run_id} was interrupted, not paused: nothing asked for an answer; resume it "
                           f"without one (it continues after step {pos.last})")
@@ -154,50 +142,64 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
     if run.status == "paused" and (at is None or (run.resume_at or {}).get("stage") not in (None, at.id)):
         raise ResumeError(f"run {run.run_id} paused at stage '{(run.resume_at or {}).get('stage')}', but its record "
                           f"leads this flow to {at.id if at else 'its end'!r}; resume it with the flow that paused it")
-    data, last = scope_at(program, run, None)
-    args = initial_scope(program, run)
     status = _claim(run, store)
     try:
-        exe = Execution(program, None, env=env, store=store, subject=run.subject, sinks=sinks)
-        _restore(exe, program, run, data, last, pos, args)
-        exe.next_step = max((s.step for s in run.steps), default=0)
-        if replay:  # any call whose exact request this run (or its subflows) recorded, in recorded order
-            exe.replay = ReplayBook.of_run(run)
-        exe.effects = EffectPolicy(live=live_effects)
-        if run.kind in ("replay", "counterfactual") and store is not None:  # it goes on replaying its source
-            source = store.run(run.forked_from_run_id)
-            exe.replay = exe.replay or ReplayBook.of_run(source, run.forked_from_step or 0,
-                                                         consumed=run.rows.get("model_calls", ()))
-            exe.effects = EffectPolicy((EffectBook.of_run(source, run.forked_from_step or 0,
-                                                          consumed=run.rows.get("effects", ())),),
-                                       strict=True, live=live_effects)
-        child_id = paused.child_run_id if paused is not None and paused.kind == "subflow" else None
-        if paused is None and at is not None and at.op == "subflow":
-            late = [c for c in run.children if c.status == "interrupted" and (c.parent_step or 0) > pos.last]
-            child_id = late[-1].run_id if late else None  # the process died inside the subflow: it carries on too
+        start = _start_of(program, run, pos, store, replay, live_effects)
+        child_id = _paused_child(run, pos, at)
         if child_id is not None and at is not None:
             known = next((c for c in run.children if c.run_id == child_id), None)
-            resumed = resume_execution(at.node.flow.program, known or child_id, answer if asked else NO_ANSWER,
-                                       store=store, by=by, env=env, sinks=sinks, replay=replay, child=True,
-                                       live_effects=live_effects)
-            exe.resume_child = (str(at.id), resumed)
+            start.resume_child = (str(at.id), resume_execution(
+                at.node.flow.program, known or child_id, answer if asked else NO_ANSWER, store=store, by=by, env=env,
+                listeners=listeners, replay=replay, child=True, live_effects=live_effects))
         elif asked:
-            stage = paused.stage if paused is not None else str(at.id if at is not None else "")
-            earlier = [Answer.from_row(r) for r in run.rows.get("human_inputs", ())
-                       if paused is not None and r["step"] == paused.step]
-            if given:
-                earlier.append(Answer(new_id(), answer, by, run.pending, time.time_ns(), paused.step if paused else None))
-            asked_before = [r for r in run.rows.get("model_calls", ()) if r["step"] in pos.group]
-            made_before = [r for r in run.rows.get("effects", ()) if r["step"] in pos.group]
-            exe.deliver = Delivery(stage, earlier, ReplayBook(asked_before) if asked_before else None,
-                                   EffectBook(made_before) if made_before else None, (run.resume_at or {}).get("item"))
-            if paused is None:
-                exe.gate = pos.pc  # a pause_before point: answered, it lets the stage begin
+            start.deliver = _delivery(run, pos, at, Answer(new_id(), answer, by, run.pending, time.time_ns(),
+                                                           pos.paused.step if pos.paused else None) if given else None)
+            start.gate = pos.pc if pos.paused is None else -1  # a pause_before point: answered, the stage begins
     except BaseException:
         _release(run, store, status)
         raise
-    _resumed(run)
-    return exe
+    start.resumed = _resumed(run)
+    return Execution(program, None, env=env, store=store, subject=run.subject, listeners=listeners, start=start)
+
+
+def _start_of(program: Program, run: Run, pos: "Position", store: Any, replay: bool, live_effects: bool) -> StartPoint:
+    """Where a resumed run carries on: its scope, step numbers, loops, and the record it replays from."""
+    data, last = scope_at(program, run, None)
+    start = StartPoint(run=run, data=data, last_write=last, args=initial_scope(program, run), pc=pos.pc,
+                       next_step=max((s.step for s in run.steps), default=0), counts=dict(pos.counts), loops=pos.loops,
+                       effects=EffectPolicy(live=live_effects))
+    if replay:  # any call whose exact request this run (or its subflows) recorded, in recorded order
+        start.replay = ReplayBook.of_run(run)
+    if run.kind in ("replay", "counterfactual") and store is not None:  # it goes on replaying its source
+        source, after = store.run(run.forked_from_run_id), run.forked_from_step or 0
+        start.replay = start.replay or ReplayBook.of_run(source, after, consumed=run.rows.get("model_calls", ()))
+        start.effects = EffectPolicy((EffectBook.of_run(source, after, consumed=run.rows.get("effects", ())),),
+                                     strict=True, live=live_effects)
+    return start
+
+
+def _paused_child(run: Run, pos: "Position", at: Any) -> Optional[str]:
+    """The subflow run that continues with this one: the child that paused, or the one a crash interrupted."""
+    paused = pos.paused
+    if paused is not None and paused.kind == "subflow":
+        return paused.child_run_id
+    if paused is None and at is not None and at.op == "subflow":
+        late = [c for c in run.children if c.status == "interrupted" and (c.parent_step or 0) > pos.last]
+        return late[-1].run_id if late else None
+    return None
+
+
+def _delivery(run: Run, pos: "Position", at: Any, answer: Optional[Answer]) -> Delivery:
+    """What the stage a resumed run re-enters gets: the answers so far (and the new one), and the model calls
+    and effects its paused steps made, to answer from the record."""
+    paused = pos.paused
+    stage = paused.stage if paused is not None else str(at.id if at is not None else "")
+    earlier = [Answer.from_row(r) for r in run.rows.get("human_inputs", ())
+               if paused is not None and r["step"] == paused.step] + ([answer] if answer is not None else [])
+    asked_before = [r for r in run.rows.get("model_calls", ()) if r["step"] in pos.group]
+    made_before = [r for r in run.rows.get("effects", ()) if r["step"] in pos.group]
+    return Delivery(stage, earlier, ReplayBook(asked_before) if asked_before else None,
+                    EffectBook(made_before) if made_before else None, (run.resume_at or {}).get("item"))
 
 
 def _fork_start(program: Program, run: Run, store: Any) -> Optional["Position"]:
@@ -246,7 +248,7 @@ def _release(run: Run, store: Any, status: str) -> None:
 
 def fork_execution(program: Program, target: Union[Run, str], after_step: Union[int, str], *,
                    edits: Optional[Mapping[str, Any]] = None, store: Any = None,
-                   env: Optional[Mapping[str, Any]] = None, sinks: Optional[list[Sink]] = None,
+                   env: Optional[Mapping[str, Any]] = None, listeners: Sequence[Listener] = (),
                    replay: bool = False, subject: Optional[str] = None, without: Iterable[str] = (),
                    counterfactual: Optional[dict[str, Any]] = None, live_effects: bool = False) -> Execution:
     """An Execution of a new run that starts from `target`'s state after `after_step` (0: its start),
@@ -260,23 +262,21 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
     pos = locate(program, source, after, start=_fork_start(program, source, store or source.store))
     data, _ = scope_at(program, source, after)
     edit = _edit_spec(program, data, dict(edits or {}))
-    exe = Execution(program, None, env=env, store=store, subject=subject or source.subject, sinks=sinks)
+    salt = store.salt if store is not None else PROCESS_SALT
     run = Run(run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
-              input_json=program.schema.dump_scope(data, exe.salt), started_at=time.time_ns(),
-              subject=exe.subject)
+              input_json=program.schema.dump_scope(data, salt), started_at=time.time_ns(),
+              subject=subject or source.subject)
     run.store, run.tools = store, program.tools
     run.forked_from_run_id, run.forked_from_step = source.run_id, after
     run.without, run.counterfactual = frozenset(str(w) for w in without), counterfactual
     run.kind = "counterfactual" if counterfactual is not None else "replay" if replay else "fork"
     pos.loops.last_decision.clear()  # the decisions that routed here are steps of the original run
-    _restore(exe, program, run, data, {}, pos, dict(data))
-    exe.prelude = edit
+    start = StartPoint(run=run, data=data, args=dict(data), pc=pos.pc, counts=dict(pos.counts), loops=pos.loops,
+                       prelude=edit, effects=EffectPolicy(live=live_effects))
     if replay:  # model calls and side effects answered from the record; an effect it lacks is not made
-        exe.replay = ReplayBook.of_run(source, after)
-        exe.effects = EffectPolicy((EffectBook.of_run(source, after),), strict=True, live=live_effects)
-    else:
-        exe.effects = EffectPolicy(live=live_effects)
-    return exe
+        start.replay = ReplayBook.of_run(source, after)
+        start.effects = EffectPolicy((EffectBook.of_run(source, after),), strict=True, live=live_effects)
+    return Execution(program, None, env=env, store=store, subject=run.subject, listeners=listeners, start=start)
 
 
 def _step_number(run: Run, ref: Union[int, str]) -> int:

@@ -1,121 +1,159 @@
-"""Executing a compiled `Program`: one step path that every node kind uses.
+"""Executing a compiled `Program`: one step path that every node kind goes through.
 
-Every step goes the same way: begin (number it, find the decision that routed
-here) → call the stage with its view (and context) → on error, record the step
-failed and abort; if it asked a human (`ctx.interrupt`), record it paused and end
-the run `paused` → otherwise commit its writes and hand the finished step to the
-sinks. The node kinds differ only in what they do around that path: a decider
-picks the next instruction, a loop counts its rounds, a fork or a map runs several
-steps at once (flow/parallel.py), a subflow runs a child program inside its step.
-As each step begins, the sinks that asked for it in `begin_run` hear of it first: while
-a run streams (`flow.stream`), its event feed (the run stops before its next step once
-its reader leaves, flow/streaming.py); with a store's `fsync=True` under durability
-"stage", the store, which makes the stage before it power-loss safe (store/store_sink.py).
+`Execution.step` is that path: begin (number the step, find the decision that routed
+here, tell the listeners) → call the stage with its view (and context) → conclude
+(what a kind decides from the result: a branch's key, a loop's round) → record the
+step, committed, failed or paused, in one try. A failure is recorded and ends the run
+`failed`; `ctx.interrupt` ends it `paused`. The node kinds differ only in what they do
+around that path (flow/kinds.py: stage, branch, loop; flow/parallel.py: fork and map,
+several steps at once; flow/subflow.py: a child run inside a step).
 
-A run can start part-way: `flow/resume.py` rebuilds an Execution's state from a recorded
-run (scope, step numbers, iteration counts, loops, where to continue) and it carries on.
+A run can start part-way: flow/resume.py builds a `StartPoint` (the scope, step
+numbers, iteration counts, loops and where to continue, rebuilt from a recorded run)
+and the runner carries on from it. Listeners (the store, OpenTelemetry, a stream, a
+user's hook) hear the run as typed events (flow/events.py) and never see the runner.
 
-One coroutine runs every flow. A flow with no async stage is driven without an
-event loop (the coroutine never suspends, so `run()` costs no asyncio set-up); a
-flow with async stages runs under `asyncio.run` or `await flow.arun(...)`. The
-runner never sees `Flow`, the store or OpenTelemetry: it gets a `Program`, the
-sinks, and the store handle that stages see as `ctx.store`.
+One coroutine runs every flow. A flow with no async stage is driven without an event
+loop (the coroutine never suspends); one with async stages runs under `asyncio.run`
+or `await flow.arun(...)`.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
-from ..errors import LoopLimitError, RunCancelled, RunFailed, StageError, TracememError
-from ..ids import new_id
+from ..errors import RunCancelled, RunFailed, StageError, TracememError
 from ..masking import Masker, mask_step, run_masker
-from ..record import Decision, ResumePoint, StepFields, StepKind
+from ..record import Decision, ResumePoint, Step, StepKind
 from ..run import Run
-from ..scope.recorder import RunState, StepRecorder
+from ..scope.recorder import RunState, StepRecorder, new_view
 from ..scope.tracked import unwrap
-from ..scope.view import new_view
 from .context import EMPTY, ReadOnlyArgs, StageContext
 from .effects import LIVE
-from .events import EventFeed
-from .interrupt import Delivery, Pause
-from .parallel import PARALLEL_HANDLERS, ParallelSteps
-from .subflow import SUBFLOW_HANDLERS, SubflowSteps
+from .events import (DecisionEvent, EventFeed, Listener, RunFailedEvent, RunFinished, RunPaused, RunStarted,
+                     StepFinished, StepStarted)
+from .kinds import HANDLERS
 from .program import Instruction, Program
-from .steps import MAPPED, Abort, Begun, LoopState, Paused, deliver
-from .sinks import Sink, StepStarting
-from .spec import LoopNode, StageSpec
+from .spec import StageSpec
+from .steps import Abort, Paused, StartPoint, deliver
 from .timeout import call_with_timeout, detached
 
-_PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
+PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
+
+BESIDE_OTHERS = frozenset({"fork-branch", "map-item", "tool"})  # step kinds that run beside others
+MAPPED = frozenset({"map-item", "tool"})  # ... of them, a map's: they may pause (the whole map pauses)
 
 
-def _both(first: StepStarting, then: StepStarting) -> StepStarting:
-    """One `StepStarting` calling `first`, then `then` (the sinks' order)."""
-    def starting(run: Run, step: int, spec: StageSpec, kind: StepKind, iteration: int) -> None:
-        first(run, step, spec, kind, iteration)
-        then(run, step, spec, kind, iteration)
-    return starting
+class Begun:
+    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
+
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
+                 "item", "effects")
+
+    def __init__(self, spec: StageSpec, state: RunState, step: int, kind: StepKind, iteration: int,
+                 routed_by: Optional[int]) -> None:
+        beside = kind in BESIDE_OTHERS
+        self.spec, self.kind, self.iteration, self.routed_by = spec, kind, iteration, routed_by
+        self.rec = StepRecorder(state, step, spec.id, beside)
+        self.started = time.time_ns()
+        self.child_run_id: Optional[str] = None
+        # what ctx.interrupt returns (None: it cannot, in a fork branch, which commits with the others)
+        self.answers: Any = None if beside and kind not in MAPPED else ()
+        # a re-entered stage: its model calls and effects before the pause, to answer from; a map step's element
+        self.replay = self.item = self.effects = None
 
 
-class Execution(ParallelSteps, SubflowSteps):
-    """The state of one run while it executes (forks and maps: `ParallelSteps`, flow/parallel.py)."""
+class LoopState:
+    """Control-flow memory of a run: the decision that last routed into each region, how often each
+    loop went round, and the key each branch last chose."""
 
-    # set by `execute` as the run begins: what the sinks asked to call as each step begins, and their `step_done`s
-    starting: Optional[StepStarting] = None
-    told: Sequence[Callable[..., None]] = ()
+    def __init__(self) -> None:
+        self.last_decision: dict[Any, int] = {}
+        self.rounds: dict[Any, int] = {}
+        self.branch_keys: dict[int, str] = {}
+
+    def routed_by(self, ins: Instruction) -> Optional[int]:
+        """The latest decision among those that routed into the regions holding `ins`."""
+        best = None
+        for region in ins.regions:
+            step = self.last_decision.get(region.key)
+            if step is not None and (best is None or step > best):
+                best = step
+        return best
+
+    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
+        """Count one more round of a loop (returns the count)."""
+        count = self.rounds.get(key, 0) + 1
+        self.rounds[key] = count
+        if decided_by is not None:
+            self.last_decision[key] = decided_by
+        return count
+
+    def leave(self, key: Any) -> None:
+        """A loop was left: its count and routing start afresh next time."""
+        self.rounds.pop(key, None)
+        self.last_decision.pop(key, None)
+
+
+Conclude = Callable[[Begun, Any], Optional[Decision]]
+"""What a node kind decides from its stage's result before the step is recorded (a branch's key, a loop's
+round): the step's decision; raising fails the step."""
+
+
+class Execution:
+    """One run while it executes: its record, its state, and the one step path."""
 
     def __init__(self, program: Program, inputs: Any, *, env: Optional[Mapping[str, Any]] = None,
-                 store: Any = None, subject: Optional[str] = None, sinks: Optional[list[Sink]] = None,
-                 parent: Optional[tuple[str, int]] = None, resume: Union[Run, ResumePoint, None] = None) -> None:
-        self.program = program
-        self.inputs = inputs
+                 store: Any = None, subject: Optional[str] = None, listeners: Sequence[Listener] = (),
+                 parent: Optional[tuple[str, int]] = None, resume: Union[Run, ResumePoint, None] = None,
+                 start: Optional[StartPoint] = None) -> None:
+        self.program, self.inputs, self.store, self.subject, self.parent = program, inputs, store, subject, parent
         self.env: Mapping[str, Any] = MappingProxyType(dict(env)) if env else EMPTY
-        self.store = store
-        self.subject = subject
-        self.parent = parent
-        self.salt = store.salt if store is not None else _PROCESS_SALT
-        self.sinks: list[Sink] = sinks or []
+        self.salt = store.salt if store is not None else PROCESS_SALT
+        self.listeners = list(listeners)
         self.secret_fields = bool(program.schema.secret)  # the scope has fields to mask in what is recorded
         self.resume = resume  # the run this one continues (a conversation thread)
-        self.next_step = 0
-        self.counts: dict[str, int] = {}
+        self.start = start  # where a resumed run or a fork starts (None: a fresh run)
+        self.next_step, self.counts, self.loops = (start.next_step, dict(start.counts), start.loops or LoopState()) \
+            if start else (0, {}, LoopState())
+        self.deliver, self.gate, self.replay, self.resume_child = (
+            start.deliver, start.gate, start.replay, start.resume_child) if start else (None, -1, None, None)
+        self.effects = start.effects or LIVE if start else LIVE
         self.async_mode = False
-        self.loops = LoopState()
-        # set by flow/resume.py when the run starts part-way (a resumed run, a fork):
-        self.restored = False  # run, state and args are set already
-        self.pc = 0  # the instruction to start at
-        self.prelude: Optional[StageSpec] = None  # a fork's edits, run as its first step
-        self.deliver: Optional[Delivery] = None  # answers for the first step of the stage re-entered
-        self.gate = -1  # a `pause_before` point already answered
-        self.replay: Any = None  # a ReplayBook: model calls answered from a record
-        self.effects = LIVE  # side effects made live, or replayed from a record (flow/effects.py)
-        self.resume_child: Optional[tuple[str, "Execution"]] = None  # a subflow id, and its paused child resuming
-        self.events: Optional[EventFeed] = None  # set while the run streams events (flow.stream)
+        self.events: Optional[EventFeed] = None  # set while the run streams (flow.stream): tokens go there
         self.cancel: Optional[threading.Event] = None  # set: stop before the next step, run `interrupted`
 
     # -- the run ------------------------------------------------------------------------
+    def run_sync(self, raise_on_error: bool) -> Run:
+        """Run a flow with no async stage: its coroutine never suspends, so it is driven without an event loop
+        (what `asyncio.run` would cost is saved; flow/sync.py does the same for a sync branch)."""
+        coro = self.execute(raise_on_error, async_mode=False)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value
+        coro.close()
+        raise TracememError(f"flow '{self.program.name}' suspended without async stages; use `await flow.arun(...)`")
+
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
-        run = self.run if self.restored else self._start()
-        starting, told = None, []
-        for sink in self.sinks:
-            hook = sink.begin_run(run)
-            if hook is not None:
-                starting = hook if starting is None else _both(starting, hook)
-            done = getattr(sink, "step_done", None)
-            if done is not None:  # (a sink without one is told of the run's start and end only)
-                told.append(done)
-        self.starting, self.told = starting, told
+        run = self._begin_run()
+        start = self.start
+        if self.listeners:
+            self.emit(RunStarted(run.run_id, run.pipeline, run, start.resumed if start else None))
         cause: Optional[BaseException] = None
         try:
-            if self.prelude is not None:
-                begun, _ = await self._step(EDITS, self.prelude, "edit")
-                self._finish(begun)
-            await self._execute_program(self.pc)
+            if start is not None and start.prelude is not None:  # a fork's edits, its first step
+                await self.step(EDITS, start.prelude, "edit")
+            pc, end = start.pc if start else 0, len(self.program.ins)
+            while pc < end:
+                if self.cancel is not None and self.cancel.is_set():
+                    raise RunCancelled(f"run {run.run_id} was stopped before its next step (the event stream "
+                                       "was closed)")
+                pc = await HANDLERS[self.program.ins[pc].op](self, self.program.ins[pc], pc)
             run.status = "ok"
         except Paused as paused:
             run.status, run.pending, run.resume_at = "paused", paused.pause.payload, paused.pause.record(paused.pc)
@@ -123,16 +161,28 @@ class Execution(ParallelSteps, SubflowSteps):
             run.status, run.error, cause = "failed", str(abort), abort.cause
         except BaseException as exc:  # KeyboardInterrupt, cancellation: keep what was recorded
             run.status, run.error = "interrupted", f"{type(exc).__name__}: {exc}"
-            self._end(run)
+            self._end_run(run)
             raise
-        self._end(run)
+        self._end_run(run)
         if run.status not in ("ok", "paused") and raise_on_error:
             raise RunFailed(run, cause)
         return run
 
-    def _start(self) -> Run:
-        """A fresh run: its starting scope (the input, or a thread's state plus the input) and record."""
-        program, previous = self.program, self.resume
+    def emit(self, event: Any) -> None:
+        """Hand an event to every listener."""
+        for listener in self.listeners:
+            listener(event)
+
+    def _begin_run(self) -> Run:
+        """The run's record and state: a started-from point's (a resume, a fork), else a fresh run's (the input,
+        or a thread's state plus the input)."""
+        program, start = self.program, self.start
+        if start is not None and start.run is not None:
+            self.run, self.args = start.run, start.args
+            self.state = RunState(program.schema, start.data, self.salt)
+            self.state.last_write.update(start.last_write)
+            return self.run
+        previous = self.resume
         if previous is None:
             data = recorded = program.schema.initial(self.inputs, program.name)
         else:
@@ -141,13 +191,13 @@ class Execution(ParallelSteps, SubflowSteps):
             data, recorded = program.schema.resume({f: getattr(base, f) for f in program.schema.fields},
                                                    self.inputs, program.name)
         self.state = RunState(program.schema, data, self.salt)
-        self.args = ReadOnlyArgs(dict(data))  # copies containers on access: never reaches the scope
+        self.args = dict(data)  # the run input (a stage's ctx.args: ReadOnlyArgs, copies that never reach the scope)
         notes: list[str] = []  # what had to change to store the input (e.g. escaped text)
         input_json = program.schema.dump_scope(recorded, self.salt, notes)
         if self.secret_fields:  # (a new run has met no model credentials yet)
-            input_json = self._masker(None).text(input_json)
-        run = self.run = Run(
-            run_id=new_id(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
+            input_json = self.masker(None).text(input_json)
+        run = self.run = Run(  # (its id: 64 random bits, as tracemem/ids.py makes every other)
+            run_id=os.urandom(8).hex(), pipeline=program.name, pipeline_hash=program.hash, schema=program.schema,
             input_json=input_json, started_at=time.time_ns(), subject=self.subject,
             parent_run_id=self.parent[0] if self.parent else None, parent_step=self.parent[1] if self.parent else None)
         run.store, run.tools, run.notes = self.store, program.tools, notes
@@ -160,58 +210,47 @@ class Execution(ParallelSteps, SubflowSteps):
         if self.program.query and self.run.query is None:
             self.run.query = str(unwrap(data.get(self.program.query)) or "") or None
 
-    def _end(self, run: Run) -> None:
+    def _end_run(self, run: Run) -> None:
         data, run.ended_at = self.state.data, time.time_ns()
         run.output = self.program.schema.construct(data)
-        # failed steps' writes left out: only a restored run's record can hold any (`_record` keeps none)
-        writes = run.committed_writes() if self.restored else run.raw_writes
+        restored = self.start is not None and self.start.run is not None  # (its record may hold failed steps')
+        writes = run.committed_writes() if restored else run.writes
         masked = self.secret_fields or self.state.secrets
-        run.output_json = self.program.schema.dump_output(  # (a restored run's writes are as recorded)
-            data, writes, self.salt, run.notes, dumped=not (masked or self.state.escaped or self.restored))
+        run.output_json = self.program.schema.dump_output(
+            data, writes, self.salt, run.notes, dumped=not (masked or self.state.escaped or restored))
         if masked:
-            run.output_json, run.error = map(self._masker(None).text, (run.output_json, run.error))
+            run.output_json, run.error = map(self.masker(None).text, (run.output_json, run.error))
         self._note_query(data)
-        for sink in self.sinks:
-            sink.end_run(run)
-
-    async def _execute_program(self, pc: int = 0) -> None:
-        ins_list, cancel, end = self.program.ins, self.cancel, len(self.program.ins)
-        while pc < end:
-            if cancel is not None and cancel.is_set():
-                raise RunCancelled(f"run {self.run.run_id} was stopped before its next step (the event stream "
-                                   "was closed)")
-            ins = ins_list[pc]
-            if ins.plain:  # the common case: no lookup, no coroutine
-                pc = self._plain_stage(ins, ins.spec, pc)  # type: ignore[arg-type]
-                continue
-            if ins.op == "stage":
-                pc = await self._do_stage(ins, pc)
-                continue
-            handler = HANDLERS.get(ins.op)
-            if handler is None:
-                raise TracememError(f"internal: unknown instruction '{ins.op}' at {pc} in '{self.program.name}'")
-            pc = await handler(self, ins, pc)
+        if not self.listeners:
+            return
+        if run.status == "ok":
+            self.emit(RunFinished(run.run_id, run.status, run))
+        elif run.status == "paused":
+            at = run.resume_at or {}
+            self.emit(RunPaused(run.run_id, at.get("stage"), run.pending, at.get("expect"), run))
+        else:
+            self.emit(RunFailedEvent(run.run_id, run.status, run.error, run))
 
     # -- the one step path ------------------------------------------------------------------
-    def _begin(self, ins: Instruction, spec: StageSpec, kind: StepKind) -> Begun:
+    def begin(self, ins: Instruction, spec: StageSpec, kind: StepKind) -> Begun:
+        """Number a step, tell the listeners it starts, and hand it what a resumed run delivers to it."""
         step = self.next_step = self.next_step + 1
-        counts, sid = self.counts, spec.id
-        iteration = counts.get(sid, 0)
-        counts[sid] = iteration + 1
-        if self.starting is not None:
-            self.starting(self.run, step, spec, kind, iteration)
+        iteration = self.counts.get(spec.id, 0)
+        self.counts[spec.id] = iteration + 1
+        if self.listeners:
+            self.emit(StepStarted(self.run.run_id, step, spec.id, spec.name, kind, iteration, self.run.parent_run_id))
         begun = Begun(spec, self.state, step, kind, iteration, self.loops.routed_by(ins) if ins.regions else None)
-        if self.deliver is not None and self.deliver.stage == spec.id and kind not in MAPPED:  # (a map: _do_map)
+        if self.deliver is not None and self.deliver.stage == spec.id and kind not in MAPPED:  # (a map: parallel.py)
             deliver(begun, self.deliver, self.effects, self.run.run_id, True)
             self.deliver = None
         return begun
 
-    async def _call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
+    async def call(self, begun: Begun, fn: Optional[Callable[..., Any]] = None) -> Any:
         """Call the stage function with its view (and context, if it takes one), within its timeout."""
         spec, rec = begun.spec, begun.rec
         call = fn or spec.fn
         view = new_view(self.program.view_class, rec)
-        ctx = spec.takes_ctx and StageContext(self.run, rec, spec.name, begun.iteration, self.args, self.env,
+        ctx = spec.takes_ctx and StageContext(self.run, rec, spec.name, begun.iteration, ReadOnlyArgs(self.args), self.env,
                                               self.store, begun.answers, begun.replay or self.replay,
                                               item=begun.item, events=self.events, effects=begun.effects or self.effects)
         if spec.timeout is not None:  # an abandoned sync stage keeps writing into `rec`, which is then dropped
@@ -219,178 +258,80 @@ class Execution(ParallelSteps, SubflowSteps):
                                            spec.timeout, spec.is_async, self.async_mode,
                                            lambda: setattr(begun, "rec", detached(rec)))
         result = call(view, ctx) if ctx else call(view)
-        if spec.is_async:
-            result = await result
-        return result
+        return await result if spec.is_async else result
 
-    async def _step(self, ins: Instruction, spec: StageSpec, kind: StepKind,
-                    body: Optional[Callable[[Begun], Awaitable[Any]]] = None) -> tuple[Begun, Any]:
-        """Begin a step and run its body (the stage call by default); a failure is recorded and aborts."""
-        begun = self._begin(ins, spec, kind)
+    async def step(self, ins: Instruction, spec: StageSpec, kind: StepKind, conclude: Optional[Conclude] = None,
+                   body: Optional[Callable[[Begun], Awaitable[Any]]] = None) -> tuple[Begun, Any]:
+        """Begin a step, run its body (the stage call by default), conclude, and record it: committed, failed
+        (the run aborts) or paused (the run pauses)."""
+        begun = self.begin(ins, spec, kind)
         try:
-            result = await (body(begun) if body is not None else self._call(begun))
+            result = await (body(begun) if body is not None else self.call(begun))
+            if begun.rec.pause is not None:  # it asked a human (and caught the signal)
+                raise self.pause(begun)
+            decision = conclude(begun, result) if conclude is not None else None
+        except (Paused, Abort):
+            raise
         except Exception as err:
-            raise self._fail(begun, err)
-        if begun.rec.pause is not None:  # it asked a human (and caught the signal)
-            raise self._pause(begun)
+            raise self.fail(begun, err)
+        begun.rec.commit()
+        self.record(begun, "ok", None, decision, None)
         return begun, result
 
-    def _finish(self, begun: Begun, decision: Optional[Decision] = None, ended: Optional[int] = None) -> None:
-        """Commit a finished step's writes and record it."""
-        begun.rec.commit()
-        self._record(begun, "ok", None, decision, ended)
-
-    def _fail(self, begun: Begun, error: BaseException) -> TracememError:
-        """Record a failed step (its reads, rows and logs kept, its writes never committed)."""
+    def fail(self, begun: Begun, error: BaseException) -> TracememError:
+        """Record a failed step (its reads, rows and logs kept, its writes never committed); what to raise."""
         if begun.rec.pause is not None:  # not a failure: `ctx.interrupt` ended the stage
-            return self._pause(begun)
+            return self.pause(begun)
         own = error.args[0] if isinstance(error, TracememError) and error.args else f"{type(error).__name__}: {error}"
-        masker = self._masker(begun.rec)
+        masker = self.masker(begun.rec)
         message = masker.text(str(own))
-        self._record(begun, "failed", message, None, None)
+        self.record(begun, "failed", message, None, None)
         if isinstance(error, TracememError) and not isinstance(error, StageError):
             return Abort(message, error)
         return Abort(masker.text(str(StageError(begun.spec.id, self.run.run_id, error))), error)
 
-    def _masker(self, rec: Optional[StepRecorder]) -> Masker:
-        """What masks the run's known secrets (tracemem/masking.py); empty when it has none."""
-        return run_masker(self.program.schema.secret, self.state.data, self.state.secrets, rec and rec.overlay)
-
-    def _pause(self, begun: Begun) -> Paused:
+    def pause(self, begun: Begun) -> Paused:
         """Record a paused step (its reads, rows and logs kept, its writes never committed): the run pauses,
         and resuming re-enters the stage as the same iteration."""
         self.counts[begun.spec.id] -= 1
-        self._record(begun, "paused", None, None, None)
+        self.record(begun, "paused", None, None, None)
         return Paused(begun.rec.pause, self.program.ids.get(begun.spec.id))
 
-    def _record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
-                ended: Optional[int]) -> None:
+    def masker(self, rec: Optional[StepRecorder]) -> Masker:
+        """What masks the run's known secrets (tracemem/masking.py); empty when it has none."""
+        return run_masker(self.program.schema.secret, self.state.data, self.state.secrets, rec and rec.overlay)
+
+    def record(self, begun: Begun, status: str, error: Optional[str], decision: Optional[Decision],
+               ended_at: Optional[int]) -> None:
+        """The one place a step is recorded: into the run's record, then to the listeners."""
         run, rec, spec = self.run, begun.rec, begun.spec
-        # the one place a step is recorded: `Step`'s fields as a plain tuple (run.Records: the hot path)
-        step: StepFields = (rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error, begun.started,
-                            ended or time.time_ns(), begun.routed_by, begun.child_run_id,
-                            tuple(rec.logs) if rec.logs else ())
-        writes, rows, reads = rec.writes if status == "ok" else [], rec.rows, rec.reads
+        step = Step(rec.step, spec.id, spec.name, begun.kind, begun.iteration, status, error, begun.started,  # type: ignore[arg-type]
+                    ended_at or time.time_ns(), begun.routed_by, begun.child_run_id, tuple(rec.logs))
+        writes, rows, reads = rec.writes if status == "ok" else [], list(rec.rows), rec.reads
         if self.secret_fields or self.state.secrets:
-            step, writes, rows, decision = mask_step(self._masker(rec), step, writes, rows, decision)
-        run.raw_steps.append(step)
-        if reads:
-            run.raw_reads.extend(reads)
-        if writes:
-            run.raw_writes.extend(writes)
+            step, writes, rows, decision = mask_step(self.masker(rec), step, writes, rows, decision)
+        run.steps.append(step)
+        run.reads.extend(reads)
+        run.writes.extend(writes)
         if decision is not None:
             run.decisions.append(decision)
-        if rows:
-            for table, row in rows:
-                run.rows.setdefault(table, []).append(row)
-        for step_done in self.told:
-            step_done(run, step, reads, writes, decision, rows)
+        for table, row in rows:
+            run.rows.setdefault(table, []).append(row)
+        if self.listeners:
+            self.emit(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
+                                   step.error, tuple(writes), step.started_at, step.ended_at, step, tuple(reads),
+                                   decision, tuple(rows), run.parent_run_id))
+            if decision is not None:
+                self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
 
-    # -- what each kind does around it ------------------------------------------------------
-    async def _do_jump(self, ins: Instruction, pc: int) -> int:
-        return ins.target
-
-    async def _do_stage(self, ins: Instruction, pc: int) -> int:
-        spec: StageSpec = ins.spec  # type: ignore[assignment]
-        if spec.pause_before:
-            if self.gate != pc:
-                raise Paused(Pause({"before": ins.id}, str(ins.id), "before", expect=spec.expect), pc)
-            self.gate = -1  # answered: pass once
-        begun = self._begin(ins, spec, "stage")
-        try:
-            await self._call(begun)
-        except Exception as err:
-            raise self._fail(begun, err)
-        return self._stage_done(ins, begun, pc)
-
-    def _plain_stage(self, ins: Instruction, spec: StageSpec, pc: int) -> int:
-        """`_do_stage` for a sync stage of one argument (`spec.plain`), `_call` inlined: the hot path."""
-        begun = self._begin(ins, spec, "stage")
-        try:
-            spec.fn(new_view(self.program.view_class, begun.rec))  # type: ignore[misc]
-        except Exception as err:
-            raise self._fail(begun, err)
-        return self._stage_done(ins, begun, pc)
-
-    def _stage_done(self, ins: Instruction, begun: Begun, pc: int) -> int:
-        rec = begun.rec
-        if rec.pause is not None:  # it asked a human (and caught the signal)
-            raise self._pause(begun)
-        decision, next_pc = None, pc + 1
-        if rec.break_reason is not None:
-            decision, next_pc = self._break(ins, begun)
-        rec.commit()  # `_finish`, inlined
-        self._record(begun, "ok", None, decision, None)
-        return next_pc
-
-    def _break(self, ins: Instruction, begun: Begun) -> tuple[Decision, int]:
+    def leave_loop(self, ins: Instruction, begun: Begun) -> tuple[Decision, int]:
         """`ctx.break_loop()`: leave the innermost loop around `ins` (an error outside any loop)."""
         loops = [r for r in ins.regions if isinstance(r.key, tuple)]
         if not loops:
-            err = TracememError(f"stage '{begun.spec.id}' called break_loop() but is not inside a loop")
-            raise self._fail(begun, err)
+            raise TracememError(f"stage '{begun.spec.id}' called break_loop() but is not inside a loop")
         region = max(loops, key=lambda r: r.start)
         self.loops.leave(region.key)
-        reason = begun.rec.break_reason
-        return Decision(begun.rec.step, "break", {"reason": reason, "loop": region.name}), region.exit
-
-    async def _do_branch(self, ins: Instruction, pc: int) -> int:
-        spec: StageSpec = ins.spec  # type: ignore[assignment]
-        begun, key = await self._step(ins, spec, "decider")
-        if key not in ins.targets and not isinstance(key, str) and str(key) in ins.targets:
-            key = str(key)  # arm keys are strings: `{True: ..., False: ...}` matches a bool decider
-        if key not in ins.targets:
-            raise self._fail(begun, TracememError(
-                f"decider '{spec.id}' returned {key!r}, which is not one of its branches: {', '.join(ins.targets)}"))
-        loop_key = ("loop", pc)
-        if key in ins.loop_keys:
-            limit = self.program.max_iterations
-            if self.loops.rounds.get(loop_key, 0) + 1 > limit:
-                raise self._fail(begun, LoopLimitError(
-                    f"loop '{spec.id}→{ins.node.arms[key]}' in pipeline '{self.program.name}' exceeded "
-                    f"max_iterations={limit} (decider '{spec.id}' kept choosing '{key}'); make it exit or raise "
-                    f"Pipeline(..., max_iterations=...)"))
-            self.loops.go_round(loop_key, begun.rec.step)
-        elif loop_key in self.loops.rounds:
-            self.loops.leave(loop_key)
-        rec = begun.rec
-        self._finish(begun, Decision(rec.step, key, rec.evidence if rec.evidence is not None else {"returned": key}))
-        self.loops.last_decision[pc] = rec.step
-        self.loops.branch_keys[pc] = key
-        return ins.targets[key]
-
-    async def _do_loop(self, ins: Instruction, pc: int) -> int:
-        node: LoopNode = ins.node
-        loop_key = ("loop", pc)
-        spec = StageSpec(id=node.id, name=node.id, fn=node.when if callable(node.when) else None, kind="loop",
-                         is_async=asyncio.iscoroutinefunction(node.when))
-        begun: Optional[Begun] = None
-        if isinstance(node.when, str):  # loop_to(when=<branch key>): the branch before it decided
-            again = self.loops.branch_keys.get(ins.branch_index) == node.when
-            decided_by = self.loops.last_decision.get(ins.branch_index)
-        else:  # a predicate, recorded as a step of its own
-            begun, result = await self._step(ins, spec, "loop")
-            again, decided_by = bool(result), begun.rec.step
-        when = getattr(node.when, "__name__", node.when)
-        if not again:
-            self.loops.leave(loop_key)
-            if begun is not None:
-                self._finish(begun, Decision(begun.rec.step, "exit", {"when": when}))
-            return pc + 1
-        if self.loops.rounds.get(loop_key, 0) + 1 > node.max_iterations:
-            err = LoopLimitError(f"loop '{node.id}' back to '{node.target}' in pipeline '{self.program.name}' "
-                                 f"exceeded max_iterations={node.max_iterations}; make the loop exit or raise "
-                                 f"max_iterations")
-            raise self._fail(begun or self._begin(ins, spec, "loop"), err)
-        self.loops.go_round(loop_key, decided_by)
-        if begun is not None:
-            self._finish(begun, Decision(begun.rec.step, "continue", {"when": when}))
-        return ins.target
+        return Decision(begun.rec.step, "break", {"reason": begun.rec.break_reason, "loop": region.name}), region.exit
 
 
 EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop
-
-# What each instruction kind does (`Program` ops); an op missing here fails the run loudly.
-HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
-    "jump": Execution._do_jump, "stage": Execution._do_stage, "branch": Execution._do_branch,
-    "loop": Execution._do_loop, **SUBFLOW_HANDLERS, **PARALLEL_HANDLERS}

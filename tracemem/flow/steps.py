@@ -1,24 +1,21 @@
-"""What an executing run keeps besides its scope: the step in flight, the loops' state, and the two
-signals that end a run early (failed, paused).
+"""Where a run starts when it does not start afresh (`StartPoint`), what a re-entered step is handed
+(`deliver`), and the two signals that end a run early (failed, paused).
 
 They sit apart from the runner so that `flow/resume.py`, which rebuilds an execution's
-state from a recorded run, builds the very same objects (`LoopState` above all) that
-the runner keeps while a run goes.
+state from a recorded run, hands it to the runner as one value.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from time import time_ns
-from typing import Any, Optional
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import TracememError
-from ..record import StepKind
-from ..scope.recorder import RunState, StepRecorder
 from .answers import check_answer
 from .effects import EffectPolicy
 from .interrupt import Delivery, Pause
-from .program import Instruction
-from .spec import StageSpec
+
+if TYPE_CHECKING:
+    from .runner import Begun
 
 
 class Abort(TracememError):
@@ -38,29 +35,6 @@ class Paused(TracememError):
         self.pause, self.pc = pause, pc
 
 
-BESIDE_OTHERS = frozenset({"fork-branch", "map-item", "tool"})  # step kinds that run beside others
-MAPPED = frozenset({"map-item", "tool"})  # ... of them, a map's: they may pause (the whole map pauses)
-
-
-class Begun:
-    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
-
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
-                 "item", "effects")
-
-    def __init__(self, spec: StageSpec, state: RunState, step: int, kind: StepKind, iteration: int,
-                 routed_by: Optional[int]) -> None:
-        beside = kind in BESIDE_OTHERS
-        self.spec, self.kind, self.iteration, self.routed_by = spec, kind, iteration, routed_by
-        self.rec = StepRecorder(state, step, spec.id, beside)
-        self.started = time_ns()
-        self.child_run_id: Optional[str] = None
-        # what ctx.interrupt returns (None: it cannot, in a fork branch, which commits with the others)
-        self.answers: Any = None if beside and kind not in MAPPED else ()
-        # a re-entered stage: its model calls and effects before the pause, to answer from; a map step's element
-        self.replay = self.item = self.effects = None
-
-
 def deliver(begun: Begun, delivery: Delivery, effects: EffectPolicy, run_id: str, asked: bool) -> None:
     """Hand a re-entered step what its stage was given before it paused: the model calls and effects it made
     (answered from the record), and the answers, when it is the step that `asked` (recorded as human inputs)."""
@@ -75,33 +49,24 @@ def deliver(begun: Begun, delivery: Delivery, effects: EffectPolicy, run_id: str
         begun.answers = [replace(a, answer=check_answer(begun.spec.expect, a.answer, a.payload, begun.spec.id))]
 
 
-class LoopState:
-    """Control-flow memory of a run: the decision that last routed into each region, how often each
-    loop went round, and the key each branch last chose."""
+@dataclass
+class StartPoint:
+    """Where a run starts when it does not start afresh: a resumed run carries on (`run` is its own record), a
+    fork starts a new one (`run` is the fork's record, `prelude` its edits). Built by flow/resume.py from a
+    recorded run. Without `run`, a fresh run that replays a record (a replaying fork's subflow)."""
 
-    def __init__(self) -> None:
-        self.last_decision: dict[Any, int] = {}
-        self.rounds: dict[Any, int] = {}
-        self.branch_keys: dict[int, str] = {}
-
-    def routed_by(self, ins: Instruction) -> Optional[int]:
-        """The latest decision among those that routed into the regions holding `ins`."""
-        best = None
-        for region in ins.regions:
-            step = self.last_decision.get(region.key)
-            if step is not None and (best is None or step > best):
-                best = step
-        return best
-
-    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
-        """Count one more round of a loop (returns the count)."""
-        count = self.rounds.get(key, 0) + 1
-        self.rounds[key] = count
-        if decided_by is not None:
-            self.last_decision[key] = decided_by
-        return count
-
-    def leave(self, key: Any) -> None:
-        """A loop was left: its count and routing start afresh next time."""
-        self.rounds.pop(key, None)
-        self.last_decision.pop(key, None)
+    run: Any = None  # the Run to record into (None: a fresh run)
+    data: dict[str, Any] = field(default_factory=dict)  # its scope
+    last_write: dict[str, tuple[int, int]] = field(default_factory=dict)  # each field's last write (step, seq)
+    args: dict[str, Any] = field(default_factory=dict)  # what its stages see as `ctx.args`
+    pc: int = 0  # the instruction to continue at
+    next_step: int = 0  # the number of the last step recorded
+    counts: dict[str, int] = field(default_factory=dict)  # executions per stage id
+    loops: Any = None  # its loops' state (a LoopState, flow/runner.py; None: a fresh one)
+    prelude: Any = None  # a fork's edits (a StageSpec), run as its first step
+    deliver: Optional[Delivery] = None  # what the stage it re-enters gets (answers, recorded calls and effects)
+    gate: int = -1  # a `pause_before` point already answered
+    replay: Any = None  # a ReplayBook: model calls answered from a record
+    effects: Optional[EffectPolicy] = None  # side effects replayed from a record (None: made live)
+    resume_child: Optional[tuple[str, Any]] = None  # a subflow id, and its paused child's Execution resuming
+    resumed: Optional[tuple[Any, ...]] = None  # a resumed run: how much of its record there was (RunStarted)

@@ -42,7 +42,7 @@ class _Worker:
     def __init__(self, exe: Execution, has_async: bool, post: Callable[[Any], None]) -> None:
         self.exe, self.has_async, self.post = exe, has_async, post
         exe.events = EventFeed(post)
-        exe.sinks.append(exe.events)
+        exe.listeners.append(exe.events)
         exe.cancel = threading.Event()
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.task: Optional[asyncio.Task[Any]] = None

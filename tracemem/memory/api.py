@@ -160,10 +160,9 @@ class Memory:
         with self.lock:
             index = self._loaded()
             if overlapped:  # DuckDB inserts and commits while Python embeds and indexes (overlap.py)
-                with self.sql.bulk_wal(self.con, len(recs)):
-                    overlap.remember_overlapped(self.con, self.embedder, recs, events, index, self._cache)
+                overlap.remember_overlapped(self.con, self.embedder, recs, events, index, self._cache)
                 return recs
-            with self.sql.bulk_wal(self.con, len(recs)), self.sql.transaction(self.con):
+            with self.sql.transaction(self.con):
                 rows = bulk.rows_of(recs)
                 added = self.sql.insert_records(self.con, rows, vecs, self.embedder.dim if self.embedder else None)
                 self.sql.insert_events(self.con, events())

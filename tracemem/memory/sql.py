@@ -8,7 +8,6 @@ executemany manages only hundreds of rows a second.
 from __future__ import annotations
 
 import itertools
-import re
 import json
 import warnings
 from contextlib import contextmanager
@@ -51,83 +50,6 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
-
-
-BULK_ROWS = 1_000
-BULK_CHECKPOINT_THRESHOLD = "1GiB"
-BULK_FLOAT_COMPRESSION = "alp"
-
-
-@contextmanager
-def bulk_wal(con: duckdb.DuckDBPyConnection, rows: int) -> Iterator[None]:
-    """Let a bulk insert's commit append to the WAL instead of checkpointing, and make the
-    checkpoint it does trigger cheaper (then restore both settings).
-
-    DuckDB checkpoints when a commit leaves more than `checkpoint_threshold` (16 MiB)
-    in the WAL; a batch of 5,000 memories is ~8 MB, so every other batch paid a
-    checkpoint that grows with the table (1.6-3.8 s at 100k+ rows). Raised for the
-    bulk commit only, checkpoints come every ~600k records instead; the restore
-    keeps the store's own setting for everything else. Why 1 GiB and not 256 MiB:
-    each checkpoint also rewrites what the last one left half-done, so at 600k records
-    four checkpoints took 26 s and left a 1.0 GB file, one took 12 s and left 0.64 GB.
-    A commit is durable either way (the WAL is synced); the WAL, and so a crash
-    recovery's replay, stays bounded by the threshold.
-
-    Why `force_compression = 'alp'` during the commit: most of such a checkpoint is
-    the embedding column, and for every float segment DuckDB first analyses each
-    method (RLE, ALP, ALP-RD, ...) only to pick ALP for embeddings anyway. Forcing
-    it skips the analyses: a checkpoint of 300k records took 1.3 s instead of
-    2.3 s, with the same file size. It names a float method, so columns of other
-    types keep their usual choice; everything reads back the same whichever
-    method wrote it.
-    """
-    if rows < BULK_ROWS:
-        yield
-        return
-    try:
-        before = _setting(con, "checkpoint_threshold")
-        if _bytes(before) >= _bytes(BULK_CHECKPOINT_THRESHOLD):
-            before = None
-        else:
-            con.execute(f"SET checkpoint_threshold = '{BULK_CHECKPOINT_THRESHOLD}'")
-    except duckdb.Error:  # a read-only or exotic connection: leave it alone
-        yield
-        return
-    compression = _force_compression(con)
-    try:
-        yield
-    finally:
-        if before is not None:
-            con.execute(f"SET checkpoint_threshold = '{before}'")
-        if compression is not None:
-            con.execute(f"SET force_compression = '{compression}'")
-
-
-def _setting(con: duckdb.DuckDBPyConnection, name: str) -> str:
-    return str(con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
-
-
-def _force_compression(con: duckdb.DuckDBPyConnection) -> str | None:
-    """Set `force_compression` to BULK_FLOAT_COMPRESSION if it is 'auto'; the value to restore, or None."""
-    try:
-        before = _setting(con, "force_compression")
-        if before.lower() != "auto":  # the user chose one: theirs
-            return None
-        con.execute(f"SET force_compression = '{BULK_FLOAT_COMPRESSION}'")
-        return before
-    except duckdb.Error:  # a DuckDB without the setting or the method: checkpoints analyse as usual
-        return None
-
-
-def _bytes(size: str) -> float:
-    """'16.0 MiB' -> 16777216.0 (DuckDB's way of printing a size setting)."""
-    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?i?B|bytes)?\s*", size)
-    if not m:
-        return float("inf")
-    unit = (m.group(2) or "bytes").replace("bytes", "B")
-    scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
-             "TiB": 2**40}.get(unit, float("inf"))
-    return float(m.group(1)) * scale
 
 
 def records_table(recs: Sequence[tuple[Any, ...]], vecs: np.ndarray | None, dim: int | None) -> pa.Table:

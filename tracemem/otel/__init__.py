@@ -20,12 +20,12 @@ error type (``stage 'x' failed: ValueError``). ``openinference=True`` adds OpenI
 attributes (span kinds, input and output values, LLM messages, retrieved documents), which
 Arize Phoenix and Arize read.
 
-Turn it on per run or for the whole process::
+Turn it on per run, or for every run of a flow (nothing process-wide)::
 
-    flow.run(inputs, tracer_provider=provider)       # this run (and its subflows)
-    tracemem.otel.enable(provider)                    # every run from now on
-    tracemem.otel.enable(provider, capture_content=True, openinference=True)
-    tracemem.otel.disable()
+    flow.run(inputs, tracer_provider=provider)                      # this run (and its subflows)
+    exporter = OTelListener(provider, capture_content=True, openinference=True)
+    flow.run(inputs, listeners=[exporter])                          # the same, with options
+    flow = pipeline.build(listeners=[exporter])                     # every run of the flow
 
 Spans are built when a step has finished, from the recorded timestamps, so span timing is
 exactly the recorded step timing and a stage pays nothing while it runs. Nothing here is
@@ -34,6 +34,6 @@ imported unless OpenTelemetry export is asked for.
 from __future__ import annotations
 
 from .children import CONTENT_ATTRIBUTES
-from .sink import OTelSink, disable, enable
+from .listener import OTelListener
 
-__all__ = ["CONTENT_ATTRIBUTES", "OTelSink", "disable", "enable"]
+__all__ = ["CONTENT_ATTRIBUTES", "OTelListener"]

@@ -1,4 +1,4 @@
-"""OpenInference attributes beside the GenAI ones (`OTelSink(..., openinference=True)`), for Phoenix and Arize.
+"""OpenInference attributes beside the GenAI ones (`OTelListener(..., openinference=True)`), for Phoenix and Arize.
 
 Those tools read a span's kind and its input and output from OpenInference attributes
 (`openinference.span.kind`, `input.value`, `output.value`, `llm.input_messages.*`, ...), and show

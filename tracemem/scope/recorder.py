@@ -7,6 +7,11 @@ Writes are validated per field, serialized once, and buffered until the runner
 commits them at stage end. Lists, dicts and nested models are handed out as
 tracked copies, so in-place mutation (`append`, item set, `del`, `pop`...) is
 recorded with its verb and never touches committed state behind the recorder.
+
+The stage sees the recorder through a view (`new_view`): each flow builds one view class
+for its scope model, with one property per field (a property lookup is faster than
+`__getattr__`), so a stage gets IDE completion on `scope.answer` while every read and
+write goes here.
 """
 from __future__ import annotations
 
@@ -18,9 +23,11 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ..errors import ScopeReadError, ScopeWriteError
-from ..record import ReadFields, WriteFields
-from .paths import Path, format_path
+from ..record import Read, Write
+from .paths import Path, format_path, parse_path
 from .schema import Salt, ScopeSchema, short_error
+
+__all__ = ["RunState", "StepRecorder", "ScopeView", "view_class", "new_view", "recorder_of", "write_path"]
 from .tracked import SCALARS, track, unwrap
 from .unwritable import dump_escaped, refused, surrogate_error
 
@@ -55,8 +62,8 @@ class StepRecorder:
         self.own: dict[str, tuple[int, int]] = {}  # field → (step, seq) of this step's last write to it
         self.seen: dict[str, Optional[tuple[int, int]]] = {}  # field → the source of its last read recorded
         self.proxies: Mapping[str, Any] = _NO_PROXIES  # field → its tracked copy; a dict from the first one
-        self.reads: list[ReadFields] = []  # plain tuples, as `Run.raw_reads` keeps them (run.Records)
-        self.writes: list[WriteFields] = []
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
         # each change as (path, verb, value), for a step that runs beside others (a fork branch, a map item):
         # its changes are merged into the run's state one by one (flow/fork.py); other steps commit `overlay`
         self.ops: Optional[list[tuple[Path, str, Any]]] = [] if beside_others else None
@@ -106,9 +113,9 @@ class StepRecorder:
             self.seen[name] = source
             self.seq += 1
             if source is None:
-                self.reads.append((self.step, self.seq, name, None, None))
+                self.reads.append(Read(self.step, self.seq, name, None, None))
             else:
-                self.reads.append((self.step, self.seq, name, source[0], source[1]))
+                self.reads.append(Read(self.step, self.seq, name, source[0], source[1]))
         if self.capture is not None:
             self.capture.append((name, value))
         if type(value) in SCALARS or not tracked:
@@ -135,7 +142,7 @@ class StepRecorder:
         except (RecursionError, PydanticSerializationError, UnicodeError) as err:
             dumped = self._unstorable(name, name, value, err)
         self.seq += 1
-        self.writes.append((self.step, self.seq, name, "set", dumped))
+        self.writes.append(Write(self.step, self.seq, name, "set", dumped))
         if self.ops is not None:
             self.ops.append(((name,), "set", value))
         self.overlay[name] = value
@@ -192,7 +199,7 @@ class StepRecorder:
                 f"read scope.{root} again after assigning it",
             )
         self.seq += 1
-        self.writes.append((self.step, self.seq, where, verb, dumped))
+        self.writes.append(Write(self.step, self.seq, where, verb, dumped))  # type: ignore[arg-type]
         if self.ops is not None:
             self.ops.append((path, verb, value))
         self.overlay[root] = proxy
@@ -232,3 +239,78 @@ def _owned(value: Any) -> Any:
     for it, without the dispatch.)"""
     copier = getattr(type(value), "__deepcopy__", None)
     return copier(value, {}) if copier is not None else copy.deepcopy(value)
+
+
+# -- the view a stage receives: looks like the pydantic model, every access goes to the recorder ----------
+
+class ScopeView:
+    """Base of the per-model view classes; attribute access goes to the step recorder. Made by `new_view`."""
+
+    __slots__ = ("_rec",)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._rec.set_field(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._rec.delete_field(name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._rec.read(name)
+
+    def __repr__(self) -> str:
+        return f"<scope view of {self._rec.state.schema.model.__name__} in stage '{self._rec.stage}'>"
+
+
+def view_class(schema: ScopeSchema) -> type[ScopeView]:
+    """A ScopeView subclass for `schema`'s model with one property per field."""
+
+    def prop(name: str) -> property:
+        return property(lambda self: self._rec.read(name))
+
+    namespace: dict[str, Any] = {"__slots__": ()}
+    for name in schema.fields:
+        namespace[name] = prop(name)
+    return type(f"{schema.model.__name__}View", (ScopeView,), namespace)
+
+
+_new = object.__new__
+_set_recorder = ScopeView._rec.__set__  # type: ignore[attr-defined]  # (the slot's own setter: `view._rec = ...`
+#                                         would go to ScopeView.__setattr__, which records a write)
+
+
+def new_view(cls: type[ScopeView], rec: StepRecorder) -> ScopeView:
+    """A view (of class `cls`, from `view_class`) onto `rec`. Two C calls: a class with a Python `__init__`
+    costs ~1,100 instructions more to call (callgrind), once per stage."""
+    view = _new(cls)
+    _set_recorder(view, rec)
+    return view
+
+
+def recorder_of(view: ScopeView) -> StepRecorder:
+    """The recorder behind a view (what `decide()` records its evidence into)."""
+    return object.__getattribute__(view, "_rec")
+
+
+def write_path(view: Any, path: str, verb: str, value: Any = None) -> None:
+    """`view.<path> = value` (verb "set"), `.append(value)` or `del` through a recording view, so the write is
+    validated and recorded as the step's own: a fork's edits, an effect stage's recorded writes replayed."""
+    keys = parse_path(path)
+    target = view
+    for key in keys[:-1] if verb != "append" else keys:
+        target = target[key] if isinstance(key, int) or isinstance(target, dict) else getattr(target, str(key))
+    if verb == "append":
+        target.append(value)
+        return
+    last = keys[-1]
+    by_item = isinstance(last, int) or (isinstance(target, dict) and target is not view)
+    if verb == "delete":
+        if by_item:
+            del target[last]
+        else:
+            delattr(target, str(last))
+    elif by_item:
+        target[last] = value
+    else:
+        setattr(target, str(last), value)

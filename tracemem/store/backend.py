@@ -13,8 +13,7 @@ be shared lives behind this interface, with one implementation per database:
 | a momentary failure (retried)    | busy, conflict, interrupted I/O     | lost session, serialization, locks  |
 | liveness of a writer             | one writer per file; PIDs           | a lease per opening (pg/lease.py)   |
 | a batch of runs                  | Arrow tables, INSERT … SELECT       | COPY, one transaction               |
-| a flush beside a batch in flight | a second connection                 | — (after the batch in flight)       |
-| the journal (durable modes)      | <file>.journal/ (store/run_log.py)  | step_journal rows in the database   |
+| the journal (store/write/journal.py) | <file>.journal, appended          | step_journal rows, each committed   |
 | user SQL (`store.sql`)           | a DuckDB relation; fenced instance  | a materialized result; READ ONLY tx |
 | the memory's bulk SQL            | memory/sql.py (Arrow)               | pg/memory_sql.py (COPY, shared)     |
 | export / copy                    | COPY TO parquet; Arrow              | rows through Arrow                  |
@@ -29,7 +28,7 @@ from typing import Any, Callable, ContextManager, Iterator, Optional, Protocol
 
 import pyarrow as pa
 
-from .batch import Batch
+from .write.rows import Batch
 
 __all__ = ["Backend", "open_backend", "is_postgres_url"]
 
@@ -54,8 +53,8 @@ class Backend(Protocol):
     snapshot_note: str
     memory_sql: Any  # what Memory runs its bulk SQL with (memory/sql.py or pg/memory_sql.py)
     shared: bool  # other processes write the same store at the same time
-    run_log: Any  # a DuckDB file's run journal (store/run_log.py); None: journal rows in the database
-    journal_runs: bool  # every run is committed as a journal row before flow.run returns (no run journal here)
+    journal: Any  # where entries wait for the writer (store/write/journal.py); None on `:memory:` or read-only
+    journal_rows: bool  # the journal is step_journal rows: a batch deletes those of what it writes
 
     def cursor(self) -> Any: ...
 
@@ -63,15 +62,14 @@ class Backend(Protocol):
 
     def user_connection(self) -> Any: ...  # `store.con`: the user's, never used by tracemem
 
-    def insert(self, batch: Batch) -> None: ...
+    insert: Any  # (batch) -> None: one transaction of a batch, on the writer's connection
 
-    def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary (store/retry.py)
+    def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary (write/writer.py)
 
     def reset_writer(self) -> None: ...  # the writer's connection made sound again after a failed write
 
-    def insert_beside(self, batch: Batch) -> bool: ...  # on a second connection; False: there is none
+    def meta(self, key: str) -> Optional[str]: ...  # a tracemem_meta value, as the writer's connection sees it
 
-    def journal(self, run_id: str, step: int, kind: str, payload: str) -> None: ...
 
     def follow_snapshots(self) -> Optional[Callable[[str, str, int], tuple[int, list[tuple]]]]: ...
 

@@ -2,14 +2,14 @@
 
 This is the store as it always was, behind the backend seam (store/backend.py): opening
 takes the file's write lock or reads a snapshot copy (store/opening.py), the schema is
-created or migrated (store/tables.py), runs a dead process left running are recovered from
-the journal, batches go in as Arrow tables (store/batch.py), and read-only user SQL runs
-fenced in its own DuckDB instance (store/user_sql.py).
+created or migrated (store/tables.py), what the run journal holds is put into the tables
+(store/write/recovery.py), batches go in as Arrow tables (store/write/rows.py), and
+read-only user SQL runs fenced in its own DuckDB instance (store/user_sql.py).
 
 Connections: a DuckDB connection runs one call at a time and refuses a second one made
 meanwhile ("connection is busy") rather than waiting, so nothing is shared across owners.
 The store's own (`con`: tracemem's reads, under the store's lock), the writer's
-(`writer_con`: batches and journal rows, nobody else's), one for the memory and one for the
+(`writer_con`: batches, nobody else's), one for the memory and one for the
 snapshot index (`connection()`), and one per user thread (`user_connection()`, what
 `store.con` is): each a `cursor()` of the same database, so each sees what the others commit.
 """
@@ -20,6 +20,7 @@ import shutil
 import threading
 import weakref
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Callable, Iterator, Optional
 
 import duckdb
@@ -27,15 +28,16 @@ import pyarrow as pa
 
 from ..dbmeta import get_meta, set_meta
 from ..errors import TracememError
+from ..ids import new_id
 from ..memory import sql as memory_sql
-from .batch import Batch
 from .diagnose import open_error, transient_failure
-from .entry_fold import EntryFold
 from .opening import connect, recover_dead_runs
 from .retention import export
-from .run_log import RunLog, open_run_log
 from .tables import open_schema
 from .user_sql import UserSQL
+from .write.journal import FileJournal
+from .write.recovery import recover_file
+from .write.rows import Batch, insert_batch
 
 __all__ = ["DuckBackend"]
 
@@ -51,7 +53,7 @@ class DuckBackend:
 
     kind = "duckdb"
     shared = False
-    journal_runs = False  # a file's run journal makes runs durable (store/run_log.py); `:memory:` cannot be
+    journal_rows = False
     memory_sql = memory_sql
 
     def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
@@ -75,10 +77,7 @@ class DuckBackend:
         self._users: dict[int, duckdb.DuckDBPyConnection] = {}  # thread id -> its user connection (store.con)
         self._users_lock = threading.Lock()
         self.writer_con: Optional[duckdb.DuckDBPyConnection] = None  # the writer's own (see the module docstring)
-        self.run_log: Optional[RunLog] = None
-        self.fold: Optional[EntryFold] = None  # folds the runs the run journal holds whole (store/entry_fold.py)
-        self._beside: Optional[tuple[duckdb.DuckDBPyConnection, EntryFold]] = None  # see insert_beside
-        self._beside_lock = threading.Lock()
+        self.journal: Optional[FileJournal] = None  # a writable file's run journal (store/write/journal.py)
         try:
             with lock:
                 open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
@@ -87,12 +86,16 @@ class DuckBackend:
                     salt = os.urandom(16).hex()
                     set_meta(self.con, "secret_salt", salt)
                 self.salt: Optional[str] = salt  # hex (the Store derives its key from it)
-                if not read_only and path != ":memory:":  # replayed first: it may hold runs left running
-                    self.run_log = open_run_log(path, self.con, salt or "", fsync=fsync, lease=lease, say=log)
+                unended: list[str] = []
+                if not read_only and path != ":memory:":  # what the journal holds first: runs left running
+                    unended = recover_file(self.con, self.path + ".journal", log)
+                    ident = get_meta(self.con, "journal_id") or new_id()
+                    set_meta(self.con, "journal_id", ident)
+                    self.journal = FileJournal(self.path + ".journal", fsync, ident)
                     self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
-                # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): their
-                # journal is replayed, and those that never ended are marked interrupted
-                self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log)
+                # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): those that
+                # never ended are marked interrupted
+                self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log, unended)
                 if not read_only:
                     self._new_writer_con()
         except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
@@ -146,11 +149,12 @@ class DuckBackend:
         if self.writer_con is not None:
             self.writer_con.close()  # (rolls back whatever it had open)
         self.writer_con = self.con.cursor()
-        if self.run_log is not None:
-            self.fold = EntryFold(self.writer_con)
+        self.insert = partial(insert_batch, self.writer_con)  # (the writer calls it: no frame of this module)
 
-    def insert(self, batch: Batch) -> None:
-        batch.insert(self.writer_con, self.fold)
+
+    def meta(self, key: str) -> Optional[str]:
+        """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
+        return get_meta(self.writer_con, key)
 
     def transient(self, err: BaseException) -> Optional[str]:
         return transient_failure(err)
@@ -165,24 +169,6 @@ class DuckBackend:
                 self._new_writer_con()
         except duckdb.Error:
             self._new_writer_con()
-
-    def insert_beside(self, batch: Batch) -> bool:
-        """`insert` on a second connection (made on first use, with its own fold), while the first may be
-        writing another batch: DuckDB commits two transactions appending to the same tables side by side
-        (Writer._write_beside). False without a run journal, whose entries are what goes in this way."""
-        if self.fold is None:
-            return False
-        with self._beside_lock:
-            if self._beside is None:
-                con = self.con.cursor()
-                self._beside = (con, EntryFold(con))
-            batch.insert(*self._beside)
-        return True
-
-    def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        with self.write_lock:  # (on the writer's connection: `:memory:`, whose journal rows are its only journal)
-            self.writer_con.execute(  # type: ignore[union-attr]
-                "INSERT INTO step_journal VALUES (?, ?, ?, ?)", [run_id, step, kind, payload])
 
     def follow_snapshots(self) -> None:
         return None  # this process is the file's only writer: the index learns of new rows as it writes them
@@ -233,13 +219,11 @@ class DuckBackend:
         return export(self.con, directory, progress=progress)
 
     def _close_files(self) -> None:
-        extra = [self._beside[0]] if self._beside is not None else []
-        extra += self._made + list(self._users.values()) + ([self.writer_con] if self.writer_con else [])
-        for con in extra:
+        for con in self._made + list(self._users.values()) + ([self.writer_con] if self.writer_con else []):
             con.close()
         self.con.close()
-        if self.run_log is not None:
-            self.run_log.close()
+        if self.journal is not None:
+            self.journal.close()
 
     def close(self) -> None:
         self._close_files()

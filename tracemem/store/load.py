@@ -14,11 +14,11 @@ from typing import Any, Iterable, Optional
 
 from ..dbmeta import first_row
 from ..errors import RunNotFoundError
-from ..record import EXTRA_TABLES, Decision, ReadFields, StepFields, ThreadRun, Write, WriteFields
+from ..record import EXTRA_TABLES, Decision, Read, Step, ThreadRun, Write
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-from .batch import COLUMNS
+from .write.rows import COLUMNS
 from ..fastjson import loads
 
 # the runs of a thread recorded before runs.thread_id existed (schema < 6), newest first
@@ -250,20 +250,20 @@ class Record:
     """One run's rows as a load reads them, until its head row makes the `Run`."""
 
     def __init__(self) -> None:
-        self.steps: list[StepFields] = []
-        self.reads: list[ReadFields] = []  # plain tuples, named when the run's `reads` are read (run.Records)
-        self.writes: list[WriteFields] = []
+        self.steps: list[Step] = []
+        self.reads: list[Read] = []
+        self.writes: list[Write] = []
         self.decisions: list[Decision] = []
         self.rows: dict[str, list[dict[str, Any]]] = {}
 
     def add(self, table: str, rows: Iterable[tuple], width: int) -> None:
         """Rows of `table` as `_fetch` gives them (its `width` columns first), in order."""
         if table == "steps":
-            self.steps = [(*row[:11], tuple(row[11] or ())) for row in rows]
+            self.steps = [Step(*row[:11], tuple(row[11] or ())) for row in rows]
         elif table == "reads":
-            self.reads = [row[:5] for row in rows]
+            self.reads = [Read(*row[:5]) for row in rows]
         elif table == "writes":
-            self.writes = [row[:5] for row in rows]
+            self.writes = [Write(*row[:5]) for row in rows]
         elif table == "decisions":
             self.decisions = [Decision(row[0], row[1], loads(row[2]) if row[2] else None) for row in rows]
         else:

@@ -12,14 +12,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import duckdb
 
 from ..errors import StoreError, TracememError
 from .diagnose import first_line, is_data_error, lock_conflict, open_error, same_process_conflict
-from .journal import recover
 from .local_paths import check_local, no_downloads
+from .write.recovery import recover_rows
 from .snapshot_dirs import clean_stale, make_snapshot_dir
 
 
@@ -90,9 +90,10 @@ def open_snapshot(path: str, holder: str) -> Opened:
 
 
 def recover_dead_runs(con: duckdb.DuckDBPyConnection, live: frozenset[str],
-                      log: Callable[[str], None] = lambda message: None) -> list[str]:
-    """Replay the journal of runs no live opening of the file owns (`live`: the leases of this process's
-    open stores on it); mark those that never ended interrupted. Returns the runs found running.
+                      log: Callable[[str], None] = lambda message: None, unended: Sequence[str] = ()) -> list[str]:
+    """Replay the `step_journal` rows of runs no live opening of the file owns (`live`: the leases of this
+    process's open stores on it, older files' journal); mark those that never ended interrupted, and the
+    `unended` runs the run journal held (store/write/recovery.py). Returns the runs found running.
 
     Holding the file's write lock means no other process writes it, so a run left `running` by any
     other opening (a crashed process, PID reused or not) can never finish into this file."""
@@ -102,15 +103,15 @@ def recover_dead_runs(con: duckdb.DuckDBPyConnection, live: frozenset[str],
         "SELECT DISTINCT run_id FROM step_journal WHERE kind = 'run' AND run_id NOT IN (SELECT run_id FROM runs)"
     ).fetchall()]
     todo = dead + [r for r in orphans if r not in dead]
+    found, unended = list(dict.fromkeys([*dead, *unended])), list(unended)
     try:
-        unended = recover(con, todo)
+        unended += recover_rows(con, todo)
     except Exception as err:  # noqa: BLE001 - one run's journal must not keep the file from opening
         if not is_data_error(err):
             raise
-        unended = []
         for run_id in todo:
             try:
-                unended += recover(con, [run_id])
+                unended += recover_rows(con, [run_id])
             except Exception as one:  # noqa: BLE001 - left in the journal, said in the log
                 if not is_data_error(one):
                     raise
@@ -119,4 +120,4 @@ def recover_dead_runs(con: duckdb.DuckDBPyConnection, live: frozenset[str],
     for run_id in unended:
         con.execute("UPDATE runs SET status = 'interrupted', error = coalesce(error, "
                     "'process ended before the run did') WHERE run_id = ?", [run_id])
-    return dead
+    return found

@@ -6,9 +6,12 @@ still be recalled through the other. A second writing open of a file this proces
 already has open is therefore refused, naming where the first was opened: share
 that Store between threads instead (it is thread-safe), or close it first.
 
-`open_stores` is the one registry of the process. It is also what the SIGTERM
-handler flushes (store/signals.py). `reset()` forgets every entry (a forked child
-starts with none).
+`open_stores` is the one registry tracemem keeps in a process, and why it must exist:
+DuckDB shares one database between the connections a process opens to a file, so the
+only place that can see a second writer of the same file is the process itself. Its
+entries belong to the process that made them: a forked child sees none of its
+parent's. The `tracemem` command flushes what it lists when stopped by SIGTERM
+(cli/signals.py); an application does so in its own shutdown hook (`store.close()`).
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ class OpenStores:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[Optional["weakref.ref[Any]"], str]] = {}
-        self.sigterm_installed = False  # see store/signals.py
+        self._pid = os.getpid()
 
     @staticmethod
     def key(path: str) -> str:
@@ -47,6 +50,7 @@ class OpenStores:
         """Reserve `path` for a Store being opened; StoreLockedError if one is open already."""
         key = self.key(path)
         with self._lock:
+            self._own()
             entry = self._entries.get(key)
             if entry is not None:
                 ref, first = entry
@@ -73,25 +77,27 @@ class OpenStores:
             if entry is not None and (store is None or entry[0] is None or entry[0]() in (store, None)):
                 del self._entries[key]
 
+    def _own(self) -> None:
+        """Forget the entries of the process this one was forked from (under the lock)."""
+        if self._pid != os.getpid():
+            self._entries.clear()
+            self._pid = os.getpid()
+
     def stores(self) -> list[Any]:
         """The Store objects open for writing now."""
         with self._lock:
+            self._own()
             found = [ref() for ref, _ in self._entries.values() if ref is not None]
         return [s for s in found if s is not None and not getattr(s, "closed", False)]
 
     def flush_all(self) -> None:
-        """Flush every open store (SIGTERM); a failure is printed, never raised (no caller is left)."""
+        """Flush every open store (the CLI on SIGTERM); a failure is printed, never raised (no caller is left)."""
         for store in self.stores():
             try:
                 store.flush()
             except Exception as err:  # noqa: BLE001 - report and go on with the others
                 print(f"tracemem: {err}", file=sys.stderr)
 
-    def reset(self) -> None:
-        """Forget every entry (a forked child: its parent's stores are not open in it)."""
-        with self._lock:
-            self._entries.clear()
 
 
 open_stores = OpenStores()
-os.register_at_fork(after_in_child=open_stores.reset)

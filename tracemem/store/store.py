@@ -6,18 +6,15 @@ loading and retention.
     run = flow.run({...}, store=store)
     store.sql("SELECT stage, count(*) FROM steps GROUP BY 1").df()
 
-What differs between the two databases sits behind the backend seam (store/backend.py);
-the API, the tables and their columns are the same.
+What differs between the two databases sits behind the backend seam (store/backend.py).
 
-Concurrency: any number of threads of one process may run flows into one Store.
-DuckDB lets one process write a file at a time; a second process opening it gets
-`StoreLockedError` naming the holder, or — with `read_only=True,
-snapshot_if_locked=True` (what the CLI does) — reads a snapshot copy of it. A second
-writing Store on the same file in the same process is refused too (store/registry.py):
-share the first one.
-PostgreSQL takes any number of writing processes on any number of machines: each
-opening holds a lease, and runs of an opening whose lease expired are recovered and
-marked interrupted by the others (store/pg/lease.py).
+Concurrency: any number of threads of one process may run flows into one Store. DuckDB
+lets one process write a file at a time; a second process opening it gets
+`StoreLockedError` naming the holder, or — with `read_only=True, snapshot_if_locked=True`
+(what the CLI does) — reads a snapshot copy of it; a second writing Store on the same file
+in the same process is refused (store/registry.py). PostgreSQL takes any number of writing
+processes on any number of machines: each opening holds a lease, and runs of an opening
+whose lease expired are recovered and marked interrupted by the others (store/pg/lease.py).
 """
 from __future__ import annotations
 
@@ -40,7 +37,6 @@ from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
 from .affected import AffectedReport, affected
 from .backend import Backend, is_postgres_url, open_backend
-from .backlog import BATCH_COST, MAX_COST, MAX_LAG
 from .blame import BlameReport, blame, verified, wrong_runs
 from .claims import claim, release
 from .feedback import Feedback
@@ -51,13 +47,13 @@ from .load import chain_of, load_run, load_runs, resolve_run_id, thread
 from .requests import Request, requests_of
 from .registry import caller, open_stores
 from .retention import PruneReport, prune, pruned_at
-from .signals import install_sigterm_flush
 from .snapshots import SnapshotIndex
 from .suspect import suspect_reasons
 from .tables import INDEX_FROM, index
-from .threads import ThreadStates, broken_thread, handout, replayed
-from .store_sink import StoreSink, sink_for
-from .writer import Writer
+from .threads import Known, broken_thread, handout, replayed
+from .write.listener import Recent, StoreListener
+from .write.rows import Batch
+from .write.writer import BATCH_COST, MAX_COST, MAX_LAG, Writer
 
 
 class Store:
@@ -65,7 +61,7 @@ class Store:
     `Store("postgresql://user@host/db")` for many processes (`?schema=name` picks a schema).
 
     On a DuckDB file every run (durability "run") or every stage (durability "stage") is appended to the
-    run journal beside it before the call returns (process-crash safe; store/run_log.py); `fsync=True`
+    run journal beside it before the call returns (process-crash safe; store/write/journal.py); `fsync=True`
     also fdatasyncs each append, and the claim `flow.resume` takes on a run (power-loss safe). `log` receives
     what opening reports (recovered runs, damaged journal records)."""
 
@@ -103,19 +99,17 @@ class Store:
             snapshot_embedder = HashingEmbedder()
         self.snapshot_embedder = snapshot_embedder  # embeds each run's query (None: no run snapshots)
         self.snapshots = SnapshotIndex(self.backend.connection(), self.lock, self.backend.follow_snapshots())
-        self.threads = ThreadStates()  # recent runs' final states, for resume=<run id>
+        self.recent = Recent()  # the runs recorded last, whose final states resume=<run id> continues
         self.known_content = KnownContent()  # content ids (messages, chains, tool sets) handed to this store
         self.log = log
-        self._written = 0  # runs written since the store last checked whether it is big enough to index
-        self.writer = Writer(self.backend, self.path, flush_interval, snapshot_embedder,
-                             self.snapshots.added, self.lease, max_queue, max_batch, max_lag,
-                             on_end=self.threads.recorded, on_written=self._grown)
-        self._run_sink = StoreSink(self.writer)  # what every durability "run" run is recorded through (sink_for)
+        self._written_runs = 0  # runs written since the store last checked whether it is big enough to index
+        self.writer = Writer(self.backend, self.path, self.lease, flush_interval=flush_interval, max_queue=max_queue,
+                             max_batch=max_batch, max_lag=max_lag, embedder=snapshot_embedder, on_written=self._written)
+        if not read_only:
+            self.writer.start()
         atexit.register(_close_at_exit, weakref.ref(self))
         if self._claim is not None:
             open_stores.attach(self._claim, self)
-            if not open_stores.sigterm_installed:  # SIGTERM flushes queued runs, as exit does
-                open_stores.sigterm_installed = install_sigterm_flush(open_stores.flush_all)
 
     def _open(self, read_only: bool, snapshot_if_locked: bool, log: Callable[[str], None],
               lease_seconds: float, fsync: bool) -> None:
@@ -158,11 +152,14 @@ class Store:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _grown(self, written: int) -> None:
-        """The writer wrote `written` runs: index the store when it has grown big (once; on its thread)."""
-        self._written += written
-        if not self.indexed and self._written >= INDEX_FROM // 10:
-            self._written = 0
+    def _written(self, batch: Batch) -> None:
+        """A batch is in (on the writer's thread): the snapshot index learns its embeddings, and the store is
+        indexed once it has grown big."""
+        if batch.rows["run_embeddings"]:
+            self.snapshots.added(batch.rows["run_embeddings"])
+        self._written_runs += len(batch.rows["runs"])
+        if not self.indexed and self._written_runs >= INDEX_FROM // 10:
+            self._written_runs = 0
             with self.lock:
                 self.indexed = index(self.backend.con, self.log)
 
@@ -178,10 +175,11 @@ class Store:
                       **kwargs)
 
     # -- writing ------------------------------------------------------------------
-    def sink(self, durability: Optional[str] = None) -> StoreSink:
-        """What the runner records a run through (`flow.run(..., store=store)`)."""
+    def listener(self, durability: Optional[str] = None) -> StoreListener:
+        """What records a run into this store: a listener of its events (`flow.run(..., store=store)` adds it)."""
         self._writable("record runs")
-        return sink_for(self._run_sink, durability or self.durability)
+        return StoreListener(self.writer, self.backend.journal, self.lease, durability or self.durability,
+                             self.recent)
 
     def flush(self) -> None:
         """Write every queued run now (queries call this first, so they see every finished run,
@@ -208,9 +206,9 @@ class Store:
             return
         self.closed = True
         try:
+            self.writer.close()
             self.writer.flush()
         finally:
-            self.writer.stop()
             with self.lock:
                 try:
                     self.memory.close()  # writes the memory index files beside the DuckDB file
@@ -260,11 +258,13 @@ class Store:
         """What `flow.run(..., resume=run_id)` continues: the run's final state, taken from the states
         this store keeps for the runs it recorded or resumed last (a conversation's next turn costs no
         replay), else replayed once from the file."""
-        known = self.threads.known(run_id)
-        if known is None:
+        recent = self.recent.get(run_id)
+        if recent is not None:
+            known = Known(*recent)
+        else:
             self.flush()
             with self.lock:
-                known = self.threads.keep(run_id, replayed(self.backend.con, run_id, self.path))
+                known = replayed(self.backend.con, run_id, self.path)
         return ResumePoint(run_id, known.pipeline, known.thread_id, known.schema, handout(known))
 
     def broken_thread(self, run_id: str, oldest: str) -> str:
@@ -374,7 +374,7 @@ class Store:
             report = prune(self.backend.con, older_than=older_than, keep_last=keep_last, dry_run=dry_run, force=force,
                            progress=progress, rebuild_indexes=not self.backend.shared)
         if report.runs and not dry_run:
-            self.threads.clear()
+            self.recent.clear()
             self.known_content.forget()  # content it removed is written again when a call names it
         return report
 

@@ -2,9 +2,11 @@
 machines, write at once (see store/backend.py for the seam it fills).
 
 Connections: the store's own (reads, memory, user SQL; it also holds this opening's lease),
-the writer's (batches, the journal, recovering dead leases), so a batch being copied in
-never waits behind a query, and the other way round, and, made when first asked for, the
-user's (`store.con`), so a transaction a user leaves open never holds tracemem's up. There is
+the writer's (batches, recovering dead leases), the journal's (each finished run, or stage,
+committed as a `step_journal` row before the call that made it returns), so a batch being
+copied in never waits behind a query or a journal row, and the other way round, and, made
+when first asked for, the user's (`store.con`), so a transaction a user leaves open never
+holds tracemem's up. There is
 no lock file and no PID: runs are recorded with the opening's lease, and whoever finds a lease
 dead recovers its runs (pg/lease.py).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
@@ -20,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import TracememError
-from ..batch import Batch
+from ..write.rows import Batch
 from ..tables import ALL_TABLES, VIEWS
 from ..user_sql import DEFAULT_TIMEOUT, QueryTimeout, ReadOnlySQLError
 from .connection import (PgConnection, PgCursor, PgError, bind, first_line, parse_target, quote_ident,
@@ -32,7 +35,39 @@ from .reader import ReaderRefused, check_session, run_read_only
 from .result import ARROW_TYPES, SQLResult
 from .schema import embedding_type, open_pg_schema, set_pg_meta
 
-__all__ = ["PgBackend"]
+__all__ = ["PgBackend", "PgJournal"]
+
+
+class PgJournal:
+    """The journal of a PostgreSQL store (store/write/journal.py): each entry a `step_journal` row with this
+    opening's lease, committed on a connection of its own before the call that made it returns."""
+
+    fsync = False  # (as durable as the server's commits)
+
+    def __init__(self, con: PgConnection, lease: str) -> None:
+        self.con, self.lease = con, lease
+        self.lock = threading.RLock()
+
+    def append(self, entry: tuple[str, int, str, str], sync: bool) -> None:
+        """One row, committed; again, in a new session, after a momentary failure (a dropped session, a lock)."""
+        run_id, step, kind, payload = entry
+        for wait in (0.01, 0.05, 0.2, 0.5, 1.0, None):
+            try:
+                if self.con.broken:
+                    self.con.reopen()
+                self.con.execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
+                                 [run_id, step, kind, payload, self.lease])
+                return
+            except Exception as err:
+                if wait is None or transient_failure(err) is None:
+                    raise
+                time.sleep(wait)
+
+    def sync(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.con.close()
 
 
 class PgBackend:
@@ -40,8 +75,7 @@ class PgBackend:
 
     kind = "postgres"
     shared = True
-    journal_runs = True  # every run is committed as a step_journal row before flow.run returns (bench/pg_durability.py)
-    run_log = None  # durable progress is step_journal rows: any worker can recover a dead one's runs
+    journal_rows = True  # durable progress is step_journal rows: any worker can recover a dead one's runs
     snapshot_of: Optional[str] = None
     snapshot_note = ""
 
@@ -53,7 +87,7 @@ class PgBackend:
         self.lease = lease
         self.con = PgConnection(self.target, "store", keepalive=lease_seconds)
         self.writer: Optional[PgConnection] = None
-        self.journaler: Optional[PgConnection] = None  # journal rows, so flow.run never waits behind a batch
+        self.journal: Optional[PgJournal] = None
         self._user: Optional[PgConnection] = None
         self._user_lock = threading.Lock()
         self.reaper: Optional[Reaper] = None
@@ -73,7 +107,7 @@ class PgBackend:
                 hold(self.con, lease)  # this opening's lease: released by the server when the session ends
                 self.writer = PgConnection(self.target, "writer")
                 self.writer.register_vector()
-                self.journaler = PgConnection(self.target, "journal")
+                self.journal = PgJournal(PgConnection(self.target, "journal"), lease)
                 self.interrupted = reap(self.writer, lease, log)
                 self.reaper = Reaper(self.writer, lease, lease_seconds / 2, log)
         except BaseException:
@@ -105,8 +139,11 @@ class PgBackend:
     def insert(self, batch: Batch) -> None:
         insert_batch(self._writer(), batch)
 
-    def insert_beside(self, batch: Batch) -> bool:
-        return False  # a flush writes after the batch in flight (the writer's one connection)
+    def meta(self, key: str) -> Optional[str]:
+        """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
+        row = self._writer().execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
+
 
     @property
     def writer_con(self) -> Optional[PgConnection]:
@@ -126,16 +163,6 @@ class PgBackend:
                 writer.execute("ROLLBACK")
             except PgError:
                 writer.reopen()
-
-    def journal(self, run_id: str, step: int, kind: str, payload: str) -> None:
-        """One step_journal row, committed on the journal's own connection (`payload`: JSON, NULs escaped), in a
-        new session if the server or network dropped the last one."""
-        if self.journaler is None:
-            raise TracememError(f"{self.label} is open read-only; open Store('{self.label}') to record runs")
-        if self.journaler.broken:
-            self.journaler.reopen()
-        self.journaler.execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
-                               [run_id, step, kind, payload, self.lease])
 
     def follow_snapshots(self) -> Callable[[str, str, int], tuple[int, list[tuple]]]:
         def follow(pipeline: str, embedder_id: str, after: int) -> tuple[int, list[tuple]]:
@@ -252,7 +279,9 @@ class PgBackend:
     def close(self) -> None:
         if self.reaper is not None:
             self.reaper.stop()
-        for con in (self._user, self.journaler, self.writer, self.con):
+        if self.journal is not None:
+            self.journal.close()
+        for con in (self._user, self.writer, self.con):
             if con is not None:
                 try:
                     con.close()

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from ...errors import TracememError
-from ..batch import CONTENT_KEYS, FINISH_SQL, JSON_COLUMNS, Batch, finish_params
+from ..write.rows import CONTENT_KEYS, FINISH_SQL, JSON_COLUMNS, META_SQL, Batch, finish_params
 from ..diagnose import is_data_error
 from ..storable import Cleaner, storable_value
 from .connection import PgConnection, PgError, first_line, quote_ident
@@ -263,11 +263,14 @@ def _insert(con: PgConnection, batch: Batch, cleaner: Optional[Cleaner]) -> None
     for run_id, notes in added:  # what recovery had to leave out of a run, and what was escaped, said on it
         con.execute("UPDATE runs SET notes = coalesce(notes, '{}'::text[]) || ?::text[] WHERE run_id = ?",
                     [notes, run_id])
-    if batch.journaled:
-        con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [batch.journaled])
-    for run_id, steps in batch.journaled_steps:
-        con.execute("DELETE FROM step_journal WHERE run_id = ? AND kind = 'step' AND step = ANY(?::integer[])",
-                    [run_id, steps])
+    whole = [run_id for run_id, steps in batch.journaled if steps is None]
+    if whole:  # the step_journal rows of what this batch writes
+        con.execute("DELETE FROM step_journal WHERE run_id = ANY(?::text[])", [whole])
+    for run_id, steps in batch.journaled:
+        if steps is not None:
+            con.execute("DELETE FROM step_journal WHERE run_id = ? AND step = ANY(?::integer[])", [run_id, steps])
+    if batch.token is not None:  # what a retry after a lost commit answer looks for
+        con.execute(META_SQL, [f"batch:{batch.lease}", batch.token])
     embeddings = [data for table, data in tables if table == "run_embeddings"]
     if embeddings:  # last, under a lock held to the commit: seq values then become visible in order
         con.execute("SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", [FEED_LOCK])

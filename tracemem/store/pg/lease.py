@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional
 
-from ..journal import replay
+from ..write.recovery import replay
 from .connection import PgConnection, first_line
 from .copy import insert_batch
 
@@ -70,7 +70,7 @@ def recover_lease(con: PgConnection, lease: str) -> list[str]:
                               "ORDER BY run_id, step", [lease]).fetchall()
         batch, ends = replay(entries)
         batch.finished = [(run_id, end) for run_id, end in ends.items() if end is not None]
-        batch.journaled = sorted({e[0] for e in entries})
+        batch.journaled = [(run_id, None) for run_id in sorted({e[0] for e in entries})]
         insert_batch(con, batch)
         unended = [r for r in running if r not in ends]
         if unended:

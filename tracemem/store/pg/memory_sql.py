@@ -65,11 +65,6 @@ class PgMemorySQL:
             con.execute("SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", [MEMORY_LOCK])
             yield
 
-    @contextmanager
-    def bulk_wal(self, con: PgConnection, rows: int) -> Iterator[None]:
-        """Nothing to tune: PostgreSQL's WAL takes bulk inserts as they come (memory/sql.py tunes DuckDB's)."""
-        yield
-
     def insert_records(self, con: PgConnection, recs: Sequence[tuple[Any, ...]], vecs: Optional[np.ndarray],
                        dim: Optional[int]) -> list[tuple[str, Fingerprint, int]]:
         """COPY full records and their vectors; returns what they add to the fingerprints (fingerprint.py)."""

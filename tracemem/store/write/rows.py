@@ -1,4 +1,4 @@
-"""Batches: the rows of many runs, inserted into DuckDB as one columnar transaction.
+"""Rows: what the writer inserts, as one columnar transaction per batch.
 
 Rows are collected as Python tuples and inserted per table as one Arrow table
 (`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
@@ -10,24 +10,24 @@ ns timestamps (a model call: its measured latency).
 
 A value Arrow or DuckDB cannot hold (see store/storable.py) fails the fast path;
 the batch is then built again with every value checked, and each change is noted
-on its run (`runs.notes`), in the same transaction as the rows themselves.
+on its run (`runs.notes`), in the same transaction as the rows themselves. With the
+rows goes what the journal may forget: the position a DuckDB file's journal reached
+(`journal_applied`), or PostgreSQL's `step_journal` rows of what the batch writes.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
-from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Iterable, Literal, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 import pyarrow as pa
 
-from ..errors import TracememError
-from ..record import Decision, Read, Step, Write
-from ..run import Run
-from .diagnose import is_data_error
-from .storable import Cleaner
+from ...record import Decision, Read, Step, Write
+from ...run import Run
+from ..diagnose import is_data_error
+from ..storable import Cleaner
 
 NS = pa.timestamp("ns")
 S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
@@ -85,15 +85,6 @@ JSON_COLUMNS = frozenset({("runs", "input"), ("runs", "output"), ("runs", "pendi
                           ("human_inputs", "answer"), ("tool_calls", "arguments"), ("effects", "result"),
                           ("messages", "message"), ("tool_sets", "tools")})  # the JSON columns (J above)
 _HOST = socket.gethostname()
-_pid = os.getpid()  # a runs row's pid, read once: os.getpid() is a system call (glibc caches it no more), one per run
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 def json_text(value: Any) -> Optional[str]:
@@ -105,7 +96,7 @@ def run_row(run: Run, lease: Optional[str] = None) -> tuple:
     """The runs row (`GIVEN["runs"]` order) of a run; `lease` names the store opening that records it (crash
     recovery tells live runs by it)."""
     return (run.run_id, run.pipeline, run.pipeline_hash, run.status, run.error, run.started_at, run.ended_at,
-            run.input_json, run.output_json, run.parent_run_id, run.parent_step, _pid, _HOST,
+            run.input_json, run.output_json, run.parent_run_id, run.parent_step, os.getpid(), _HOST,
             run.subject, run.query, run.trace_id, run.continues, run.degraded, json_text(run.pending),
             json_text(run.resume_at), run.forked_from_run_id, run.forked_from_step, run.span_id, json_text(run.counterfactual),
             run.thread_id, lease, list(run.notes) or None, run.kind)
@@ -172,45 +163,11 @@ def table_arrays(table: str, columns: Sequence[Sequence[Any]]) -> dict[str, pa.A
 
 COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
 
-Mark = tuple[int, int, int, int, dict[str, int]]  # counts of steps, reads, writes, decisions, rows per table
-
-
-def rows_since(run: Run, counts: Optional[dict[str, int]] = None) -> list[tuple[str, dict[str, Any]]]:
-    """A run's extra table rows as (table, row), past `counts` rows per table (None: all of them)."""
-    counts = counts or {}
-    return [(t, r) for t, rows in run.rows.items() for r in rows[counts.get(t, 0):]]
-
-
-def mark_of(run: Run) -> Mark:
-    """How much of a run's record exists now."""
-    rows = run.rows
-    return (len(run.raw_steps), len(run.raw_reads), len(run.raw_writes), len(run.decisions),
-            {t: len(r) for t, r in rows.items()} if rows else {})
-
-
-@dataclass
-class Progress:
-    """How far a run has got towards its tables: how it was journaled, and (durability "stage") how much
-    of its record has reached the tables (`written`) and how much is complete (`done`)."""
-
-    journal: Optional[Literal["stage", "run"]] = None  # its step_journal rows (None: none, or the run journal)
-    entries: list[bytes] = field(default_factory=list)  # its stages' run journal entries (see backlog.queued)
-    written: Optional[Mark] = None
-    done: Optional[Mark] = None
-    row: bool = False  # its runs row is in the tables (written when it started, with its finished stages,
-    #                    or claimed by a resume, whose record so far is `written`)
-
-
-class Fold(Protocol):
-    """Who folds journal entries into the tables in SQL (store/entry_fold.py, on a DuckDB file)."""
-
-    def sql(self, entries: Sequence[bytes], before: str = "", after: str = "") -> str: ...
-
 
 class Batch:
-    """Rows waiting to be inserted: `rows` per table, and for the hot tables their record tuples as the
-    run holds them (`records`, with a run id column beside them), turned into columns once per batch; and
-    journal entries (`entries`) whose records (and a whole run's runs row) DuckDB folds in from their bytes."""
+    """Rows waiting to be inserted: `rows` per table, and for the hot tables their records (with a run id column
+    beside them), turned into columns once per batch; the runs rows to complete (`finished`); and what the
+    journal may then forget (`position`, or `journaled` step_journal rows)."""
 
     def __init__(self, lease: Optional[str] = None) -> None:
         self.lease = lease  # the store opening whose runs rows this batch writes
@@ -219,17 +176,9 @@ class Batch:
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.records: dict[str, tuple[list[str], list[tuple]]] = {t: ([], []) for t in COLUMNAR}  # run ids, records
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
-        self.journaled: list[str] = []  # runs whose step_journal rows this batch supersedes
-        self.journaled_steps: list[tuple[str, list[int]]] = []  # (run, steps) moved out of the journal
-        self.entries: list[bytes] = []  # journal entries (see `add_journaled`)
-
-    def merge(self, other: "Batch") -> None:
-        """Take another batch's rows (the journal replays each entry into its own, then merges it)."""
-        for table, rows in other.rows.items():
-            self.rows[table].extend(rows)
-        for table, (ids, records) in other.records.items():
-            self.records[table][0].extend(ids)
-            self.records[table][1].extend(records)
+        self.journaled: list[tuple[str, Optional[list[int]]]] = []  # step_journal rows it supersedes (None: all)
+        self.position: Optional[int] = None  # how far a DuckDB file's journal the tables hold with this batch
+        self.token: Optional[str] = None  # written with the batch: a retry after a lost commit answer looks for it
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.rows.values()) + sum(len(ids) for ids, _ in self.records.values())
@@ -244,7 +193,6 @@ class Batch:
         """Each table this batch has rows for, as its given columns (`GIVEN` order)."""
         tables: list[tuple[str, list[Sequence[Any]]]] = [(t, list(zip(*rows))) for t, rows in self.rows.items()
                                                          if rows]
-        # one column at a time (`zip(*records)` would make an iterator per record)
         return tables + [(t, [ids, *(list(map(itemgetter(i), records)) for i in range(len(GIVEN[t]) - 1))])
                          for t, (ids, records) in self.records.items() if ids]
 
@@ -263,53 +211,30 @@ class Batch:
     def add_embeddings(self, rows: list[tuple]) -> None:
         self.rows["run_embeddings"].extend(rows)
 
-    def add_run(self, run: Run, progress: Optional[Progress] = None, extra: bool = True) -> None:
-        """A finished run; one journaled under durability "stage" already has its runs row,
-        and maybe some steps in the tables (`progress.written`)."""
-        progress = progress or Progress()
-        if progress.row:
-            self.finished.append((run.run_id, end_facts(run)))
-        else:
-            self.rows["runs"].append(run_row(run, self.lease))
-        if progress.journal is not None:
-            self.journaled.append(run.run_id)
-        self.add_part(run, progress.written, None, extra)
-
-    def add_journaled(self, run: Run, whole: bool) -> None:
-        """A finished run whose records are all in its journal entries (`run.entries`, store/run_log.py): its
-        steps, reads and writes are folded in from them by SQL (store/entry_fold.py), off the GIL, and so is the
-        runs row of a run journaled `whole`; one journaled stage by stage gets its runs row here, with its
-        decisions and extra rows, which go the Python way."""
+    def add(self, piece: "Piece", extra: bool = True, records: bool = True) -> None:
+        """A piece of a run (store/write/writer.py): its runs row, records (`extra`: with their extra rows) and
+        end facts."""
+        run = piece.run
         self.runs[run.run_id] = run
-        self.entries.extend(run.entries)
-        if not whole:
-            self.rows["runs"].append(run_row(run, self.lease))
-        if run.decisions:  # (most runs have neither; the writer holds the GIL here: 0.8 -> 0.1 µs a run)
-            self.add_steps(run.run_id, (), (), (), run.decisions)
-        if run.rows:
-            self.add_extra(rows_since(run))
+        if piece.row is not None:
+            self.rows["runs"].append(piece.row)
+        if records:
+            steps, reads, writes, decisions, rows = piece.records
+            self.add_steps(run.run_id, steps, reads, writes, decisions)
+            if extra:
+                self.add_extra(rows)
+        if piece.end is not None:
+            self.finished.append((run.run_id, piece.end))
+        if piece.position is not None:
+            self.position = max(self.position or 0, piece.position)
 
-    def add_part(self, run: Run, start: Optional[Mark], end: Optional[Mark], extra: bool = True) -> None:
-        """The run's record between two marks (None: its start / its end)."""
-        s = start or (0, 0, 0, 0, {})
-        e = end or mark_of(run)
-        self.runs[run.run_id] = run
-        self.add_steps(run.run_id, run.raw_steps[s[0]:e[0]], run.raw_reads[s[1]:e[1]], run.raw_writes[s[2]:e[2]],
-                       run.decisions[s[3]:e[3]])
-        if extra:
-            for table, count in e[4].items():
-                self.add_extra((table, r) for r in run.rows[table][s[4].get(table, 0):count])
-
-    def insert(self, con: Any, fold: Optional[Fold] = None) -> None:
-        """Insert everything as one transaction of one Arrow batch per table (and `fold`'s statements for the
-        entries); if a value cannot be held, again with every value made storable and each change noted on its
-        run. A batch with entries is not tried again: its runs are written the Python way instead (Writer)."""
-        if self.entries and fold is None:
-            raise TracememError("a batch of journal entries needs the DuckDB file's fold (store/entry_fold.py)")
+    def insert(self, con: Any) -> None:
+        """Insert everything as one transaction of one Arrow batch per table; if a value cannot be held, again
+        with every value made storable and each change noted on its run."""
         try:
-            self._insert(con, None, fold)
+            self._insert(con, None)
         except BaseException as err:
-            if self.entries or not is_data_error(err):
+            if not is_data_error(err):
                 raise
             cleaner = Cleaner()
             self._insert(con, cleaner)
@@ -335,20 +260,15 @@ class Batch:
             out.append((table, pa.Table.from_arrays(list(arrays.values()), names=list(arrays))))
         return out
 
-    def _insert(self, con: Any, cleaner: Optional[Cleaner], fold: Optional[Fold] = None) -> None:
+    def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
         tables = self.arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
-        updates = self.finished or self.notes or self.journaled or self.journaled_steps or (
+        updates = self.finished or self.notes or self.journaled or self.position is not None or self.token or (
             cleaner is not None and cleaner.rendered())
-        # one call opens the transaction and runs the inserts (and the commit when nothing follows), with the
-        # Arrow tables in its scope rather than registered: each call hands the GIL to the flow's thread and
-        # waits to get it back (~1 ms for the writer, whose priority is lowered), so fewer calls let both get on
         rest = "".join(insert_sql(table, name, batch.column_names)
                        for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
-        begin = "BEGIN TRANSACTION; "
-        statements = fold.sql(self.entries, begin, rest) if fold is not None and self.entries else begin + rest
         try:
-            execute_with(con, statements, dict(zip(names, (t for _, t in tables))))
+            execute_with(con, "BEGIN TRANSACTION; " + rest, dict(zip(names, (t for _, t in tables))))
             if not updates:
                 return
             for run_id, end in self.finished:
@@ -358,16 +278,30 @@ class Batch:
                 notes = [n.encode("utf-8", "backslashreplace").decode("utf-8") for n in notes]
                 con.execute("UPDATE runs SET notes = list_concat(coalesce(notes, []::VARCHAR[]), ?::VARCHAR[]) "
                             "WHERE run_id = ?", [notes, run_id])
-            if self.journaled:
-                con.execute("DELETE FROM step_journal WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
-                            [self.journaled])
-            for run_id, steps in self.journaled_steps:
-                con.execute("DELETE FROM step_journal WHERE run_id = ? AND kind = 'step' AND step IN "
-                            "(SELECT unnest(?::INTEGER[]))", [run_id, steps])
+            for run_id, steps in self.journaled:
+                if steps is None:
+                    con.execute("DELETE FROM step_journal WHERE run_id = ?", [run_id])
+                else:
+                    con.execute("DELETE FROM step_journal WHERE run_id = ? AND step IN (SELECT unnest(?::INTEGER[]))",
+                                [run_id, steps])
+            if self.position is not None:
+                con.execute(META_SQL, ["journal_applied", str(self.position)])
+            if self.token is not None:
+                con.execute(META_SQL, [f"batch:{self.lease}", self.token])
             con.execute("COMMIT")
         except BaseException:
             rollback(con)
             raise
+
+
+def insert_batch(con: Any, batch: Batch) -> None:
+    """`batch.insert(con)`: how a DuckDB backend inserts (store/duck.py)."""
+    batch.insert(con)
+
+
+META_SQL = "INSERT INTO tracemem_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+"""What a batch moves in `tracemem_meta`: how far a DuckDB file's journal the tables hold (`journal_applied`), and
+the token of the last batch this store opening committed (`batch:<lease>`)."""
 
 
 def insert_sql(table: str, name: str, columns: Sequence[str]) -> str:
@@ -378,6 +312,9 @@ def insert_sql(table: str, name: str, columns: Sequence[str]) -> str:
     return (f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {name} b WHERE NOT EXISTS "
             f"(SELECT 1 FROM {table} t WHERE t.{key} = b.{key}) QUALIFY row_number() OVER (PARTITION BY b.{key}) = 1; ")
 
+
+if TYPE_CHECKING:
+    from .writer import Piece
 
 _EXECUTE = compile("con.execute(sql).fetchall()", "<tracemem: Arrow tables in scope>", "exec")
 

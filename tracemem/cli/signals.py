@@ -1,13 +1,13 @@
-"""SIGTERM writes queued runs, as exit does.
+"""SIGTERM writes queued runs, as exit does — for the `tracemem` command only.
 
-A process stopped with SIGTERM (`docker stop`, `kill`, systemd) runs no atexit
-hooks by default, so runs that `flow.run` had returned but the background writer
-had not yet written were lost. When a store opens in the main thread and SIGTERM
-still has its default action, tracemem installs a handler that flushes every open
-store, restores the default action and sends SIGTERM again: the process still ends
-as terminated by SIGTERM (exit status -15), never swallowing the signal. A handler
-the application installed (or SIG_IGN) is left alone: it decides what SIGTERM does,
-and if it exits, the usual exit flush runs.
+A process stopped with SIGTERM (`docker stop`, `kill`, systemd) runs no atexit hooks
+by default. On a DuckDB file that loses nothing (every returned run is in the run
+journal, folded in at the next open); on `:memory:` or PostgreSQL the runs still
+queued would be lost. The `tracemem` command (the demo, the viewer) therefore installs
+a handler that flushes every open store, restores the default action and sends SIGTERM
+again, so the process still ends as terminated (exit status -15). The library never
+installs one: an application decides what SIGTERM does and closes its stores in its own
+shutdown hook. A handler already installed (or SIG_IGN) is left alone.
 """
 from __future__ import annotations
 

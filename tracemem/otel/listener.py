@@ -1,4 +1,6 @@
-"""The OpenTelemetry sink: a run's spans, built as its steps finish (see tracemem/otel/__init__.py).
+"""The OpenTelemetry listener: a run's spans, built from its events as its steps finish (see
+tracemem/otel/__init__.py). The spans of the runs it exports are its own state: a run's trace and
+span ids reach the record only as annotations (`run.trace_id`, `run.span_id`), which the store writes.
 
 A run is an `invoke_agent {pipeline}` span when its pipeline has tool stages (a tool agent), else an
 `invoke_workflow {pipeline}` span; both carry the conversation as `gen_ai.conversation.id` (the
@@ -19,14 +21,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ..errors import UsageError
-from ..flow.sinks import default_sinks
+from ..flow.events import RunFailedEvent, RunFinished, RunPaused, RunStarted, StepFinished
 from ..genai import tool_call_attributes
-from ..record import Decision, ReadFields, Step, StepFields, WriteFields, built
+from ..record import Decision, Read, Step, Write
 from ..run import Run
 from .children import Export, chat_span, custom_span
 from .status import described, error_type
 
-__all__ = ["OTelSink", "enable", "disable"]
+__all__ = ["OTelListener"]
 
 try:
     from importlib.metadata import version as _dist_version
@@ -36,22 +38,6 @@ except Exception:  # running from a source tree without the distribution install
     _VERSION = None
 
 _TRACERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-
-
-def enable(tracer_provider: Any = None, *, capture_content: bool = False, openinference: bool = False) -> "OTelSink":
-    """Export every run in this process (`None` = the global tracer provider); replaces an earlier enable().
-
-    A run given `flow.run(..., tracer_provider=...)` is exported there instead. `openinference=True` adds
-    OpenInference attributes for Phoenix and Arize (tracemem/otel/openinference.py)."""
-    disable()
-    sink = OTelSink(tracer_provider, capture_content=capture_content, openinference=openinference)
-    default_sinks.add(sink)
-    return sink
-
-
-def disable() -> None:
-    """Stop the process-wide export started by `enable()` (runs already going finish their traces)."""
-    default_sinks.remove_if(lambda sink: isinstance(sink, OTelSink))
 
 
 def _tracer(provider: Any) -> Any:
@@ -76,10 +62,11 @@ def _openinference() -> Any:
     return openinference
 
 
-def _links(run: Run) -> list[Link]:
+def _links(run: Run, resumed: Optional[tuple[Any, ...]]) -> list[Link]:
     """Links from a resumed run's span to its spans before the pause (recorded ids: hex text)."""
+    before = [resumed[5]] if resumed is not None and len(resumed) > 5 and resumed[5] else []
     contexts = [SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-                for t, s in run.links if re.fullmatch(r"[0-9a-f]{32}", t) and re.fullmatch(r"[0-9a-f]{16}", s)]
+                for t, s in before if re.fullmatch(r"[0-9a-f]{32}", t or "") and re.fullmatch(r"[0-9a-f]{16}", s or "")]
     return [Link(c, {"tracemem.link": "resumed", "tracemem.run_id": run.run_id}) for c in contexts if c.is_valid]
 
 
@@ -87,10 +74,12 @@ class _RunSpans:
     """One run's export state. `pending` is not None while the run waits for its parent step's span."""
 
     __slots__ = ("run", "span", "ctx", "trace_id", "tools", "dropped", "pending", "ended", "waiting", "prompts",
-                 "session", "values")
+                 "session", "values", "resumed")
 
-    def __init__(self, run: Run, tools: dict[str, Optional[str]], session: Optional[str]) -> None:
+    def __init__(self, run: Run, tools: dict[str, Optional[str]], session: Optional[str],
+                 resumed: Optional[tuple[Any, ...]]) -> None:
         self.run = run
+        self.resumed = resumed  # a resumed run: how much of its record came before (and its spans then)
         self.span: Any = None
         self.ctx: Any = None
         self.trace_id: Optional[str] = None
@@ -104,12 +93,11 @@ class _RunSpans:
         self.values: Optional[dict[tuple[int, int], Optional[str]]] = None  # writes by (step, seq): OpenInference
 
 
-class OTelSink:
-    """A runner sink that exports runs as OpenTelemetry spans (see the module docstring).
-
-    `tracer_provider=None` uses the global provider. A run already claimed by an
-    earlier OTel sink (its `trace_id` set) is left alone, so `flow.run(...,
-    tracer_provider=...)` wins over a process-wide `enable()`."""
+class OTelListener:
+    """Exports runs as OpenTelemetry spans (see the module docstring): a listener of their events, passed as
+    `flow.run(..., listeners=[OTelListener(tp)])`, `build(listeners=[...])`, or made by
+    `flow.run(..., tracer_provider=tp)`. `tracer_provider=None` uses the global provider. A run another
+    OpenTelemetry listener exports already (its `trace_id` set) is left alone."""
 
     def __init__(self, tracer_provider: Any = None, *, capture_content: bool = False,
                  openinference: bool = False) -> None:
@@ -120,16 +108,25 @@ class OTelSink:
         self._runs: dict[str, _RunSpans] = {}
 
     def __repr__(self) -> str:
-        return (f"<OTelSink capture_content={self.capture_content} openinference={self.openinference is not None} "
-                f"runs_open={len(self._runs)}>")
+        return (f"<OTelListener capture_content={self.capture_content} openinference={self.openinference is not None}"
+                f" runs_open={len(self._runs)}>")
 
-    # -- the sink protocol ------------------------------------------------------------
-    def begin_run(self, run: Run) -> None:
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, StepFinished):
+            self.step_done(event.run_id, event.record, list(event.reads), list(event.writes), event.decision,
+                           list(event.rows))
+        elif isinstance(event, RunStarted):
+            self.begin_run(event.run, event.resumed)
+        elif isinstance(event, (RunFinished, RunPaused, RunFailedEvent)):
+            self.end_run(event.run)
+
+    def begin_run(self, run: Run, resumed: Optional[tuple[Any, ...]] = None) -> None:
         """Start the run span (its trace id is recorded on the run)."""
-        if run.trace_id is not None:  # another OTel sink exports this run
+        if run.trace_id is not None:  # another OpenTelemetry listener exports this run
             return
         parent = self._runs.get(run.parent_run_id) if run.parent_run_id is not None else None
-        state = _RunSpans(run, run.tools, parent.session if parent is not None else run.thread_id or run.run_id)
+        state = _RunSpans(run, run.tools, parent.session if parent is not None else run.thread_id or run.run_id,
+                          resumed)
         if parent is not None:
             # A subflow: its parent step's span is built when that step finishes, after this run;
             # until then this run's steps wait (see _materialize).
@@ -143,8 +140,8 @@ class OTelSink:
                 parent.waiting.setdefault(run.parent_step, []).append(state)  # type: ignore[arg-type]
         else:
             span = self.tracer.start_span(_run_name(run), kind=SpanKind.INTERNAL,
-                                          attributes=self._run_attributes(state), links=_links(run),
-                                          start_time=run.started_at if run.resumed_from is None else time.time_ns())
+                                          attributes=self._run_attributes(state), links=_links(run, resumed),
+                                          start_time=run.started_at if resumed is None else time.time_ns())
             context = span.get_span_context()
             state.trace_id = run.trace_id = format(context.trace_id, "032x") if context.is_valid else None
             run.span_id = format(context.span_id, "016x") if context.is_valid else None
@@ -154,13 +151,12 @@ class OTelSink:
                 state.dropped = True
         self._runs[run.run_id] = state
 
-    def step_done(self, run: Run, fields: StepFields, reads: list[ReadFields], writes: list[WriteFields],
+    def step_done(self, run_id: str, step: Optional[Step], reads: list[Read], writes: list[Write],
                   decision: Optional[Decision], rows: list[tuple[str, dict[str, Any]]]) -> None:
         """Build the step's span (and its model-call and telemetry child spans) from the recorded timing."""
-        state = self._runs.get(run.run_id)
-        if state is None or state.dropped:
+        state = self._runs.get(run_id)
+        if state is None or state.dropped or step is None:
             return
-        step = built(Step, fields)
         if state.pending is not None:
             state.pending.append((step, decision, rows, reads, writes))
             return
@@ -193,7 +189,7 @@ class OTelSink:
             attributes["tracemem.parent_step"] = run.parent_step
         if run.continues is not None:
             attributes["tracemem.continues_run_id"] = run.continues
-        if run.resumed_from is not None:
+        if state.resumed is not None:
             attributes["tracemem.resumed"] = True
         if run.forked_from_run_id is not None:
             attributes["tracemem.forked_from_run_id"] = run.forked_from_run_id
@@ -206,7 +202,7 @@ class OTelSink:
         return attributes
 
     def _step(self, state: _RunSpans, step: Step, decision: Optional[Decision],
-              rows: list[tuple[str, dict[str, Any]]], reads: list[ReadFields], writes: list[WriteFields]) -> None:
+              rows: list[tuple[str, dict[str, Any]]], reads: list[Read], writes: list[Write]) -> None:
         run_id = state.run.run_id
         attributes: dict[str, Any] = {
             "tracemem.run_id": run_id, "tracemem.step": step.step, "tracemem.stage_id": step.stage,
@@ -262,8 +258,8 @@ class OTelSink:
                 self._materialize(child, context)
         span.end(end_time=step.ended_at)
 
-    def _step_values(self, state: _RunSpans, reads: list[ReadFields],
-                     writes: list[WriteFields]) -> tuple[Optional[str], Optional[str]]:
+    def _step_values(self, state: _RunSpans, reads: list[Read],
+                     writes: list[Write]) -> tuple[Optional[str], Optional[str]]:
         """What a step read ({path: value}) and wrote ([{path, verb, value}]) as JSON, for OpenInference's
         input and output (content: None without capture)."""
         if not self.capture_content:
@@ -300,8 +296,8 @@ class OTelSink:
         """Build a subflow run's span under its parent step's span, then its waiting steps."""
         run = state.run
         span = self.tracer.start_span(_run_name(run), context=parent, kind=SpanKind.INTERNAL,
-                                      attributes=self._run_attributes(state), links=_links(run),
-                                      start_time=run.started_at if run.resumed_from is None else
+                                      attributes=self._run_attributes(state), links=_links(run, state.resumed),
+                                      start_time=run.started_at if state.resumed is None else
                                       min((p[0].started_at for p in state.pending or ()), default=time.time_ns()))
         state.span, state.ctx = span, trace.set_span_in_context(span)
         run.span_id = format(span.get_span_context().span_id, "016x")

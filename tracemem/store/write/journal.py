@@ -1,0 +1,194 @@
+"""The journal: what must survive a crash before `flow.run` (or a stage, with durability "stage") returns.
+
+A journal entry is one piece of a run, as text: `run` (a whole run: its runs row and
+records), `begin` (a "stage" run's runs row), `step` (one finished stage's records),
+`part` (what a resumed run added) or `end` (a run's end facts). The writer later puts the
+run into the tables; until then its entries are where it is.
+
+Where entries go depends on the database:
+- a DuckDB file: `FileJournal`, an append-only file beside it (`agent.duckdb.journal`):
+  each entry framed as length, CRC-32 and bytes, one `write()` each (with `fsync=True`
+  an fdatasync too). How far the tables hold it is one number, `journal_applied` in
+  `tracemem_meta`, moved in the same transaction as each batch the writer commits, so a
+  crash at any moment neither loses an entry nor applies one twice. Opening the file
+  replays what lies past that number (store/write/recovery.py) and empties the journal.
+- PostgreSQL: `step_journal` rows committed on a connection of their own (store/pg/backend.py
+  `PgJournal`: any worker can recover another's runs); the writer deletes a run's rows in the
+  transaction that writes it.
+- `:memory:`: none (nothing outlives the process).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import zlib
+from typing import Any, Iterable, Iterator, Optional, Protocol
+
+from ...record import Decision, Read, Step, Write
+from ...run import Run
+from .rows import end_facts, run_row
+
+__all__ = ["Entry", "Journal", "FileJournal", "run_entry", "begin_entry", "step_entry", "part_entry",
+           "end_entry", "MAX_ENTRY"]
+
+Entry = tuple[str, int, str, str]
+"""A journal entry: (run id, step, kind, JSON text) — also the columns of a `step_journal` row."""
+FRAME = struct.Struct("<II")  # an entry's length and CRC-32, before its bytes
+MAX_ENTRY = 1 << 30  # a length past this is a torn frame, not an entry
+END = 2**31 - 1  # the step an `end` entry sorts after
+
+
+def _records(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write], decisions: Iterable[Decision],
+             rows: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    return {"steps": [list(s) for s in steps], "reads": [list(r) for r in reads], "writes": [list(w) for w in writes],
+            "decisions": [[d.step, d.chosen, d.evidence] for d in decisions],
+            "rows": [[t, r] for t, r in rows if not t.startswith("_")]}
+
+
+def _text(value: Any) -> str:
+    """JSON as ASCII text: what any journal holds (a lone surrogate or a NUL escaped, never raw)."""
+    return json.dumps(value, default=_fallback)
+
+
+def _fallback(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a value whose str() raises is still journaled, as its type
+        return f"<{type(value).__name__}>"
+
+
+def _rows(run: Run, since: Optional[dict[str, int]] = None) -> list[tuple[str, dict[str, Any]]]:
+    since = since or {}
+    return [(t, r) for t, rows in run.rows.items() for r in rows[since.get(t, 0):]]
+
+
+def run_entry(run: Run, lease: Optional[str]) -> Entry:
+    """A whole run (durability "run"): its runs row and every record."""
+    return (run.run_id, 0, "run", _text({"run": list(run_row(run, lease)), **_records(
+        run.steps, run.reads, run.writes, run.decisions, _rows(run))}))
+
+
+def begin_entry(run: Run, lease: Optional[str]) -> Entry:
+    """A durability "stage" run began: its runs row (status running)."""
+    return (run.run_id, 0, "begin", _text({"run": list(run_row(run, lease))}))
+
+
+def step_entry(run_id: str, step: Step, reads: Iterable[Read], writes: Iterable[Write], decision: Optional[Decision],
+               rows: Iterable[tuple[str, dict[str, Any]]]) -> Entry:
+    """One finished stage (durability "stage")."""
+    return (run_id, step.step, "step", _text(_records([step], reads, writes, [decision] if decision else [], rows)))
+
+
+def part_entry(run: Run, mark: tuple[Any, ...]) -> Entry:
+    """What a resumed run added after `mark` (its counts of steps, reads, writes, decisions and rows by table
+    when it was resumed)."""
+    steps, reads, writes, decisions, rows = mark[:5]
+    first = run.steps[steps].step if len(run.steps) > steps else 0
+    return (run.run_id, first, "step", _text(_records(run.steps[steps:], run.reads[reads:], run.writes[writes:],
+                                                      run.decisions[decisions:], _rows(run, rows))))
+
+
+def end_entry(run: Run) -> Entry:
+    """A run's end facts (status, error, output, ...)."""
+    return (run.run_id, END, "end", _text(end_facts(run)))
+
+
+class Journal(Protocol):
+    """Where entries wait for the writer: `append` returns a position the writer hands back once the entry is
+    in the tables (None where positions mean nothing); `sync` makes appends so far power-loss safe."""
+
+    def append(self, entry: Entry, sync: bool) -> Optional[int]: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileJournal:
+    """A DuckDB file's journal (see the module docstring): one append-only file, appended by any thread."""
+
+    def __init__(self, path: str, fsync: bool, ident: str) -> None:
+        self.path, self.fsync, self.ident = path, fsync, ident
+        self.lock = threading.RLock()  # (the listener holds it around an append and the queueing of its piece)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        if not self.size:
+            self._header()
+
+    def append(self, entry: Entry, sync: bool) -> int:
+        """Append one entry (fdatasync'd when `sync`, on an `fsync=True` journal); its end position."""
+        data = json.dumps(entry).encode()
+        frame = FRAME.pack(len(data), zlib.crc32(data)) + data
+        with self.lock:
+            try:
+                done = 0
+                while done < len(frame):  # (a short write: the rest again, which says why it cannot)
+                    done += os.write(self._fd, frame[done:])
+                if sync and self.fsync:
+                    os.fdatasync(self._fd)
+            except OSError:
+                os.ftruncate(self._fd, self.size)  # no torn entry left to stop a replay of what follows
+                raise
+            self.size += len(frame)
+            return self.size
+
+    def sync(self) -> None:
+        if self.fsync:
+            os.fdatasync(self._fd)
+
+    def empty(self, applied: int, reset: Any) -> bool:
+        """Truncate the journal when the tables hold all of it (`applied` is its size), then `reset()` the
+        applied position to 0, both before any other append; whether it did. It never waits for the lock: a
+        producer holding it may be waiting for room in the writer's queue, which is who calls this."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            if applied != self.size:
+                return False
+            os.ftruncate(self._fd, 0)
+            self.size = 0
+            reset()
+            self._header()
+            return True
+        finally:
+            self.lock.release()
+
+    def _header(self) -> None:
+        """The first entry: whose journal this is (recovery.py moves a journal of another file aside)."""
+        data = json.dumps(("", 0, "journal", self.ident)).encode()
+        frame = FRAME.pack(len(data), zlib.crc32(data)) + data
+        os.write(self._fd, frame)
+        self.size += len(frame)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_entries(path: str, start: int) -> Iterator[tuple[Optional[Entry], int, Optional[str]]]:
+    """The entries of a journal file from byte `start`: (entry, end position, None), or (None, position, why)
+    for a damaged one (a torn tail after a crash, or corruption); reading stops at the first."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos = start
+        while True:
+            head = f.read(FRAME.size)
+            if not head:
+                return
+            if len(head) < FRAME.size:
+                yield None, pos, "a torn entry header at the end"
+                return
+            size, crc = FRAME.unpack(head)
+            data = f.read(size) if size <= MAX_ENTRY else b""
+            if len(data) < size or size > MAX_ENTRY:
+                yield None, pos, "a torn entry at the end"
+                return
+            if zlib.crc32(data) != crc:
+                yield None, pos, "an entry whose checksum does not match (corrupt)"
+                return
+            pos += FRAME.size + size
+            try:
+                yield tuple(json.loads(data)), pos, None  # type: ignore[misc]
+            except ValueError as err:
+                yield None, pos, f"an entry that is not JSON ({err})"
