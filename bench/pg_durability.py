@@ -11,9 +11,9 @@ rep, each timed over --runs runs including the final flush:
 - the store with `flush_interval=0`;
 - every run written whole into its tables before flow.run returns (`store.flush()` after each run): the
   other way to commit before returning;
-- a local run journal instead: what appending each run to a segment log on this machine costs (the DuckDB
-  file's run journal, store/run_log.py, `RunLog.whole` on the same runs), to add to a store that journals
-  nothing before returning.
+- a local run journal instead: what appending each run to a journal file on this machine costs (the DuckDB
+  file's run journal, store/write/journal.py, a whole-run entry for each of the same runs), to add to a store
+  that journals nothing before returning.
 
 Prints µs per stage, ms per run and each one's ratio to the engine alone; asserts nothing.
 """
@@ -32,8 +32,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import STAGES, build_flow  # noqa: E402
 from tracemem.store import Store  # noqa: E402
-from tracemem.store.run_log import RunLog  # noqa: E402
-from tracemem.store.segment_log import SegmentLog  # noqa: E402
+from tracemem.store.write.journal import FileJournal, run_entry  # noqa: E402
 
 
 def timed(fn: Callable[[], Any], runs: int, after: Callable[[], None] = lambda: None) -> float:
@@ -46,20 +45,21 @@ def timed(fn: Callable[[], Any], runs: int, after: Callable[[], None] = lambda: 
 
 
 def journal_appends(flow: Any, runs: int, folder: str) -> Callable[[], float]:
-    """A measurement of appending `runs` finished runs to a local run journal (RunLog.whole): seconds per run."""
+    """A measurement of appending `runs` finished runs to a local run journal (a whole-run entry each): seconds
+    per run."""
     done = [flow.run({}) for _ in range(runs)]
 
     def measure() -> float:
         path = os.path.join(folder, f"journal-{uuid.uuid4().hex[:8]}")
-        log = RunLog(SegmentLog(path), lease="bench")
+        log = FileJournal(path, fsync=False, ident="bench")
         try:
             start = time.perf_counter()
             for run in done:
-                log.whole(run)
+                log.append(run_entry(run, "bench"), sync=True)
             return (time.perf_counter() - start) / runs
         finally:
             log.close()
-            shutil.rmtree(path, ignore_errors=True)
+            os.remove(path)
     return measure
 
 

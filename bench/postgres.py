@@ -92,7 +92,7 @@ def ingest(places: dict[str, Callable[..., Store]], runs: int) -> None:
         start = time.perf_counter()
         for r in prepared:
             records = (tuple(r.steps), tuple(r.reads), tuple(r.writes), tuple(r.decisions), ())
-            store.writer.put(Piece(r, run_row(r, store.lease), records, None, None, cost_of(r, records)))
+            store.writer.queue.put(Piece(r, run_row(r, store.lease), records, None, None, cost_of(r, records)))
         store.flush()
         elapsed = time.perf_counter() - start
         print(f"{kind:<12} {rows / elapsed:>12,.0f} events/s  ({elapsed * 1000:.0f} ms)")

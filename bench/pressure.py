@@ -80,7 +80,7 @@ def in_process(make_flow: Callable[[], Any], seconds: float, threads: int, max_q
     def monitor() -> None:
         nonlocal peak_age
         while not done.is_set():
-            peak_age = max(peak_age, store.writer.oldest_age())
+            peak_age = max(peak_age, store.writer.queue.oldest_age())
             time.sleep(0.005)
 
     watcher = threading.Thread(target=monitor)
@@ -97,7 +97,7 @@ def in_process(make_flow: Callable[[], Any], seconds: float, threads: int, max_q
     final_flush = time.perf_counter() - flush_started
     done.set()
     watcher.join()
-    writer = store.writer
+    writer = store.writer.queue
     store.close()
     return {"runs_per_s": sum(counts) / elapsed, "peak_runs": writer.peak_pending, "peak_cost": writer.peak_cost,
             "oldest_age_s": max(peak_age, writer.peak_lag), "peak_lag_s": writer.peak_lag,

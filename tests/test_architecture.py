@@ -43,21 +43,15 @@ FACADES = {"tracemem/store/store.py:Store", "tracemem/memory/api.py:Memory", "tr
 NOT_YET = {
     # functions (lines)
     "tracemem/memory/search.py:rank_shard": 75,
-    "tracemem/flow/resume.py:resume_execution": 70,
     "tracemem/trace/trace.py:describe": 66,
     # classes (methods)
-    "tracemem/store/writer.py:Writer": 25,
     "tracemem/store/pg/backend.py:PgBackend": 21,
-    "tracemem/flow/runner.py:Execution": 21,
     "tracemem/flow/context.py:StageContext": 21,
     "tracemem/store/duck.py:DuckBackend": 20,
-    "tracemem/run.py:Run": 20,
     "tracemem/trace/walk.py:Walker": 19,
-    "tracemem/store/segment_log.py:SegmentLog": 19,
     "tracemem/memory/lexical.py:LexicalIndex": 19,
     "tracemem/memory/bounded.py:QueryScores": 18,
     "tracemem/store/pg/memory_sql.py:PgMemorySQL": 17,
-    "tracemem/store/backend.py:Backend": 16,
 }
 # Attributes with a leading underscore that are public by convention (namedtuple API, CPython helpers).
 CONVENTIONAL = {"_asdict", "_replace", "_fields", "_make", "_field_defaults", "_getframe", "_exit"}

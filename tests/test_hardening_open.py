@@ -48,7 +48,7 @@ if phase == "stage":  # crash in the middle of a run recorded stage by stage
     Pipeline("crashy", J).then(one).then(two).then(die).build().run({{}}, store=store)
 elif phase == "returned":  # flush_interval=0: flow.run returns once the run is journaled, then the process dies
     store = Store(path, flush_interval=0)
-    store.writer.put = lambda piece: None  # before its writer moved the run into the tables
+    store.writer.queue.put = lambda piece: None  # before its writer moved the run into the tables
     run = Pipeline("journal", J).then(one).then(two).build().run({{}}, store=store)
     print(json.dumps({{"pid": os.getpid(), "run_id": run.run_id}}), flush=True)
     os._exit(0)

@@ -230,8 +230,8 @@ def test_flow_run_waits_when_the_queue_is_full_and_batches_are_bounded(tmp_path)
     with Store(str(tmp_path / "q.duckdb"), flush_interval=60, max_queue=20 * per_run, max_batch=5 * per_run,
                max_lag=60) as store:
         ids = [flow.run({}, store=store).run_id for _ in range(200)]  # the timer never fires: only the bound
-        assert store.writer.peak_cost <= 20 * per_run  # never more queued than the bound
-        assert store.writer.producer_waits > 0  # flow.run waited for room instead
+        assert store.writer.queue.peak_cost <= 20 * per_run  # never more queued than the bound
+        assert store.writer.queue.producer_waits > 0  # flow.run waited for room instead
     with Store(str(tmp_path / "q.duckdb"), read_only=True) as store:
         assert {r for (r,) in store.sql("SELECT run_id FROM runs").fetchall()} == set(ids)
 
@@ -261,10 +261,10 @@ def test_a_batch_never_takes_more_than_its_bound():
         return Piece(run, ("row",), ((), (), (), (), ()), None, None, cost)
 
     for cost in (60, 30, 30, 10, 10, 10, 10, 10, 10):
-        writer.put(piece(cost))
+        writer.queue.put(piece(cost))
     writer.flush()
     assert backend.sizes == [2, 7]  # 60+30, then 30+6×10: never over 100
-    writer.put(piece(500))
+    writer.queue.put(piece(500))
     writer.flush()
     assert backend.sizes[2:] == [1]  # a piece costlier than a batch is written whole, alone (never split)
 
@@ -291,7 +291,7 @@ def test_the_background_writer_goes_on_with_the_runs_queued_while_it_wrote_inste
         for _ in range(4):  # a batch's worth: the writer wakes (else it sleeps its 600 s interval)
             flow.run({}, store=store)
         deadline = time.monotonic() + 20
-        while store.writer.pending and time.monotonic() < deadline:
+        while len(store.writer.queue) and time.monotonic() < deadline:
             time.sleep(0.01)
         for _ in range(2):  # queued while that batch is being written
             flow.run({}, store=store)
@@ -327,7 +327,7 @@ def test_a_flush_is_not_starved_by_the_writer_chasing_a_producer_it_never_catche
             producer.join()
             flusher.join()
         store.flush()
-        assert store.writer.pending == 0
+        assert len(store.writer.queue) == 0
 
 
 SLOW_PRODUCER = """
@@ -398,7 +398,7 @@ store = Store(sys.argv[1], flush_interval=60, max_lag=60)  # nothing is written 
 flow = Pipeline("quick", S).then(bump).build()
 for i in range(50):
     flow.run({"n": i}, store=store)
-print(store.writer.pending, flush=True)
+print(len(store.writer.queue), flush=True)
 time.sleep(60)
 """
 
@@ -512,4 +512,4 @@ def test_the_writer_never_sleeps_out_its_interval_while_a_producer_waits_for_roo
         producer.start()
         assert done.wait(30), "flow.run waited for the writer's 600 s interval"
         producer.join()
-        assert store.writer.producer_waits > 0
+        assert store.writer.queue.producer_waits > 0

@@ -407,7 +407,7 @@ def one(s): s.n = 1; s.log.append("one")
 def two(s): s.n = s.n + 1; s.log.append("two")
 
 store = Store({path!r}, durability={durability!r}, flush_interval={interval!r})
-store.writer.put = lambda piece: None  # the process dies before its writer moves the run into the tables
+store.writer.queue.put = lambda piece: None  # the process dies before its writer moves the run into the tables
 run = Pipeline("journal", J).then(one).then(two).build().run({{}}, store=store)
 print(run.run_id, flush=True)
 os._exit(0)  # no close(), no atexit: like a crash right after flow.run returned

@@ -168,13 +168,13 @@ def test_dropped_writer_and_journal_sessions_are_retried_and_the_runs_written_wh
         pytest.skip("a PostgreSQL session; the DuckDB counterpart is the write conflict below")
     store = store_factory(flush_interval=600)
     runs = [TWO.run({"question": f"q{i}"}, store=store, env=ENV) for i in range(5)]
-    pids = [con.raw.info.backend_pid for con in (store.backend.writer, store.backend.journaler)]
+    pids = [con.raw.info.backend_pid for con in (store.backend.writer, store.backend.journal.con)]
     for pid in pids:  # what a server restart does to the sessions of the writer and of the journal rows
         store.con.execute("SELECT pg_terminate_backend(?)", [pid])
     runs += [TWO.run({"question": f"after {i}"}, store=store, env=ENV) for i in range(3)]  # journaled anew
     store.flush()
     assert store.backend.writer.raw.info.backend_pid != pids[0]  # a new session wrote them
-    assert store.backend.journaler.raw.info.backend_pid != pids[1]
+    assert store.backend.journal.con.raw.info.backend_pid != pids[1]
     _whole(store, runs)
 
 

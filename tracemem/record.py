@@ -15,7 +15,7 @@ from typing import Any, Iterable, Literal, NamedTuple, Optional, Protocol, Seque
 EXTRA_TABLES = frozenset({"effects", "human_inputs", "memory_uses", "model_calls", "prompt_sections", "prompts",
                           "run_embeddings", "snapshot_uses", "subflows", "tool_calls", "messages", "message_chains",
                           "tool_sets"})
-"""The tables a step's extra rows may go to (`ctx.emit`); store/batch.py gives their columns (a test checks it has
+"""The tables a step's extra rows may go to (`ctx.emit`); store/write/rows.py gives their columns (a test checks it has
 these and the five record tables, no more). Named here, not there, so that a flow refuses an unknown table without
 importing the store (and Arrow)."""
 

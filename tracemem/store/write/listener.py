@@ -95,8 +95,8 @@ class StoreListener:
             self._ended(event.run)
 
     def _began(self, run: Run, resumed: Optional[tuple[Any, ...]]) -> None:
-        if self.writer.failure is not None:  # a store whose file failed accepts no new runs
-            raise StoreError(str(self.writer.failure)) from self.writer.failure.__cause__
+        if self.writer.queue.failure is not None:  # a store whose file failed accepts no new runs
+            raise StoreError(str(self.writer.queue.failure)) from self.writer.queue.failure.__cause__
         if resumed is not None:
             self.resumed[run.run_id] = resumed
         if self.stage:
@@ -133,14 +133,14 @@ class StoreListener:
              cost: int, sync: bool = True) -> None:
         """Journal an entry, then queue its piece (under the journal's lock: the writer meets them in order)."""
         if self.journal is None:
-            self.writer.put(Piece(run, row, records, end, None, cost))
+            self.writer.queue.put(Piece(run, row, records, end, None, cost))
             return
         with self.journal.lock:
             try:
                 position = self.journal.append(entry, sync)
             except OSError as err:  # the journal's disk: the store stops accepting runs, loudly
                 raise self.writer.stop_accepting(err, f"journaling run {run.run_id}") from err
-            self.writer.put(Piece(run, row, records, end, position, cost))
+            self.writer.queue.put(Piece(run, row, records, end, position, cost))
 
 
 def _rows(run: Run, since: Optional[dict[str, int]] = None) -> tuple:

@@ -62,142 +62,161 @@ class StillFailing(StoreError):
     """A momentary failure that went on for longer than `PATIENCE`: from then on the file's failure."""
 
 
-class Writer:
-    """The queue of pieces and the thread that writes them (see the module docstring)."""
+class PieceQueue:
+    """The bounded queue between the listener and the writer (see the module docstring): a producer waits while
+    it is full, the writer's thread sleeps until enough has gathered; `failure` is the store's, once its file
+    failed (then `put` raises it)."""
 
-    def __init__(self, backend: Any, path: str, lease: Optional[str], *, flush_interval: float = 0.05,
-                 max_queue: int = MAX_COST, max_batch: int = BATCH_COST, max_lag: float = MAX_LAG,
-                 embedder: Any = None,
-                 on_written: Callable[[Batch], None] = lambda batch: None) -> None:
+    def __init__(self, max_queue: int, max_batch: int, max_lag: float) -> None:
         if max_queue < 1 or max_batch < 1 or not max_lag > 0:
             raise StoreError(f"queue bounds must be positive, got max_queue={max_queue}, max_batch={max_batch}, "
                              f"max_lag={max_lag}")
-        self.backend, self.path, self.lease = backend, path, lease
-        self.interval = flush_interval if flush_interval > 0 else 0.05
         self.max_queue, self.max_batch, self.max_lag = max_queue, max_batch, max_lag
-        self.embedder = embedder  # embeds finished runs' queries (load_snapshot's index; None: no embeddings)
-        self.journal_rows = getattr(backend, "journal_rows", False)  # step_journal rows go with what is written
-        self.on_written = on_written  # told of each batch once it is in (on the writing thread)
-        self.failure: Optional[StoreError] = None  # set while the file cannot be written
-        self.errors: list[BaseException] = []  # what went wrong since the last flush(), which raises it
-        self._queue: deque[tuple[Piece, float, int]] = deque()  # each with when it was queued, its number
-        self._seq = 0  # the number of the last piece queued
-        self._flushes = 0  # flush() calls waiting or writing: the thread leaves the queue to them
+        self.failure: Optional[StoreError] = None
+        self.closed = False
+        self.seq = 0  # the number of the last piece queued
+        self._items: deque[tuple[Piece, float, int]] = deque()  # each with when it was queued, its number
         self._cost = 0
-        self._cv = threading.Condition()
-        self._write_lock = threading.Lock()  # one batch at a time (the thread's, or a flush's)
-        self._thread: Optional[threading.Thread] = None
-        self._closed = False
-        self._batches = 0  # batches committed (each batch's token: see `_commit`)
-        self._waiting = 0  # producers waiting for room now: the thread must not sleep out its interval
+        self._waiting = 0  # producers waiting for room now: the writer must not sleep out its interval
+        self.cv = threading.Condition()
         self.peak_lag = 0.0  # the longest a piece waited to be written (bench/store.py prints it)
         self.peak_cost = self.peak_pending = self.producer_waits = 0  # the most queued; how often a producer waited
 
-    @property
-    def pending(self) -> int:
-        """How many pieces are queued."""
-        return len(self._queue)
+    def __len__(self) -> int:
+        return len(self._items)
 
     def oldest_age(self) -> float:
         """How long the oldest queued piece has waited, in seconds (bench/pressure.py samples it)."""
-        with self._cv:
-            return time.monotonic() - self._queue[0][1] if self._queue else 0.0
+        with self.cv:
+            return time.monotonic() - self._items[0][1] if self._items else 0.0
 
-    # -- the queue ------------------------------------------------------------------------
     def put(self, piece: Piece) -> None:
         """Queue a piece (waits while the queue is full); raises the store's failure once writing failed."""
-        with self._cv:
+        with self.cv:
             if self._full(piece.cost):
                 self.producer_waits += 1
                 self._waiting += 1
                 try:
                     while self._full(piece.cost):
-                        self._cv.notify_all()  # the writer must not sleep out its interval now
-                        self._cv.wait(0.5)
+                        self.cv.notify_all()  # the writer must not sleep out its interval now
+                        self.cv.wait(0.5)
                 finally:
                     self._waiting -= 1
             if self.failure is not None:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
-            self._seq += 1
-            self._queue.append((piece, time.monotonic(), self._seq))
+            self.seq += 1
+            self._items.append((piece, time.monotonic(), self.seq))
             self._cost += piece.cost
-            self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self._queue))
+            self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self))
             if self._cost >= self.max_batch // 8:
-                self._cv.notify_all()
+                self.cv.notify_all()
 
     def _full(self, cost: int) -> bool:
-        return self.failure is None and not self._closed and bool(self._queue) and (
-            self._cost + cost > self.max_queue or time.monotonic() - self._queue[0][1] > self.max_lag)
+        return self.failure is None and not self.closed and bool(self._items) and (
+            self._cost + cost > self.max_queue or time.monotonic() - self._items[0][1] > self.max_lag)
 
-    def start(self) -> None:
-        """Start the background thread (the store does, once open)."""
-        with self._cv:
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
-                self._thread.start()
+    def wait_for_work(self, interval: float) -> bool:
+        """For the writer's thread: sleep up to `interval` (after a failure: `RETRY_INTERVAL`) unless an eighth of a
+        batch has gathered or a producer waits; False once closed."""
+        with self.cv:
+            if not self.closed and not self._waiting and (self.failure is not None or
+                                                          self._cost < self.max_batch // 8):
+                self.cv.wait(RETRY_INTERVAL if self.failure is not None else interval)
+            return not self.closed
 
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                if not self._closed and not self._waiting and (
-                        self.failure is not None or self._cost < self.max_batch // 8):
-                    self._cv.wait(RETRY_INTERVAL if self.failure is not None else self.interval)
-                if self._closed:
-                    return
-            try:
-                self.drain(chase=True)
-            except BaseException as err:  # noqa: BLE001 - the thread lives on; flush() reports it
-                self.errors.append(err)
-                time.sleep(0.1)
-
-    def _take(self, upto: Optional[int]) -> list[Piece]:
+    def take(self, upto: Optional[int]) -> list[Piece]:
         """The oldest pieces (queued no later than number `upto`), up to a batch's cost (at least one)."""
-        with self._cv:
+        with self.cv:
             taken: list[Piece] = []
             cost = 0
-            while self._queue and (upto is None or self._queue[0][2] <= upto) and (
-                    not taken or cost + self._queue[0][0].cost <= self.max_batch):
-                piece, queued, _ = self._queue.popleft()
+            while self._items and (upto is None or self._items[0][2] <= upto) and (
+                    not taken or cost + self._items[0][0].cost <= self.max_batch):
+                piece, queued, _ = self._items.popleft()
                 self.peak_lag = max(self.peak_lag, time.monotonic() - queued)
                 taken.append(piece)
                 cost += piece.cost
             self._cost -= cost
             return taken
 
-    def _put_back(self, pieces: list[Piece], failure: Optional[StoreError]) -> None:
-        with self._cv:
+    def put_back(self, pieces: list[Piece], failure: Optional[StoreError]) -> None:
+        """Pieces taken but not written go back to the front; `failure` says why (None: none of the file's)."""
+        with self.cv:
             now = time.monotonic()
-            self._queue.extendleft((p, now, 0) for p in reversed(pieces))
+            self._items.extendleft((p, now, 0) for p in reversed(pieces))
             self._cost += sum(p.cost for p in pieces)
             self.failure = failure or self.failure
-            self._cv.notify_all()
+            self.cv.notify_all()
+
+    def settle(self, failure: Optional[StoreError]) -> None:
+        """The store's failure is now `failure` (None: a batch went in); producers waiting are told."""
+        with self.cv:
+            self.failure = failure
+            self.cv.notify_all()
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+
+class Writer:
+    """The thread that writes what is queued (see the module docstring); `queue` is what the listener fills."""
+
+    def __init__(self, backend: Any, path: str, lease: Optional[str], *, flush_interval: float = 0.05,
+                 max_queue: int = MAX_COST, max_batch: int = BATCH_COST, max_lag: float = MAX_LAG,
+                 embedder: Any = None, on_written: Callable[[Batch], None] = lambda batch: None) -> None:
+        self.backend, self.path, self.lease = backend, path, lease
+        self.queue = PieceQueue(max_queue, max_batch, max_lag)
+        self.interval = flush_interval if flush_interval > 0 else 0.05
+        self.embedder = embedder  # embeds finished runs' queries (load_snapshot's index; None: no embeddings)
+        self.journal_rows = getattr(backend, "journal_rows", False)  # step_journal rows go with what is written
+        self.on_written = on_written  # told of each batch once it is in (on the writing thread)
+        self.errors: list[BaseException] = []  # what went wrong since the last flush(), which raises it
+        self._flushes = 0  # flush() calls waiting or writing: the thread leaves the queue to them
+        self._write_lock = threading.Lock()  # one batch at a time (the thread's, or a flush's)
+        self._thread: Optional[threading.Thread] = None
+        self._batches = 0  # batches committed (each batch's token: see `commit`)
+
+    def start(self) -> None:
+        """Start the background thread (the store does, once open)."""
+        with self.queue.cv:
+            if self._thread is None and not self.queue.closed:
+                self._thread = threading.Thread(target=self._loop, name="tracemem-writer", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while self.queue.wait_for_work(self.interval):
+            try:
+                self.drain(chase=True)
+            except BaseException as err:  # noqa: BLE001 - the thread lives on; flush() reports it
+                self.errors.append(err)
+                time.sleep(0.1)
 
     # -- writing -----------------------------------------------------------------------------
     def drain(self, chase: bool = False) -> None:
         """Write what is queued now, batch after batch (stops at a failure of the file). `chase` (the thread):
         also what is queued meanwhile, until a flush() waits (then the flush writes the rest itself)."""
         with self._write_lock:
-            upto = None if chase else self._seq
+            upto = None if chase else self.queue.seq
             while not (chase and self._flushes):
-                pieces = self._take(upto)
+                pieces = self.queue.take(upto)
                 if not pieces or not self._write(pieces):
                     return
-                with self._cv:
-                    self.failure = None
-                    self._cv.notify_all()
+                self.queue.settle(None)
 
     def flush(self) -> None:
         """Write everything queued now; raise what went wrong since the last flush (the store's failure first)."""
-        if self.failure is None:
-            with self._cv:
+        queue = self.queue
+        if queue.failure is None:
+            with queue.cv:
                 self._flushes += 1
             try:
                 self.drain()
             finally:
-                with self._cv:
+                with queue.cv:
                     self._flushes -= 1
-        if self.failure is not None:
-            raise StoreError(str(self.failure)) from self.failure.__cause__
+        if queue.failure is not None:
+            raise StoreError(str(queue.failure)) from queue.failure.__cause__
         if self.errors:
             errors, self.errors = self.errors, []
             first = errors[0]
@@ -207,9 +226,7 @@ class Writer:
 
     def close(self) -> None:
         """Write what is queued and stop the thread."""
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
+        self.queue.close()
         if self._thread is not None:
             self._thread.join()
         self._thread = None
@@ -221,7 +238,7 @@ class Writer:
             self.commit(self._batch(pieces, "whole"))
         except BaseException as err:
             if _file_failure(err) is not None:
-                self._put_back(pieces, self._failed(err, f"writing {len(pieces)} piece(s) of runs"))
+                self.queue.put_back(pieces, self._failed(err, f"writing {len(pieces)} piece(s) of runs"))
                 return False
             return self._write_each(pieces)
         return True
@@ -284,7 +301,7 @@ class Writer:
                 except BaseException as err:
                     del piece.run.notes[kept:]
                     if _file_failure(err) is not None:
-                        self._put_back(pieces[i:], self._failed(err, f"writing run {piece.run.run_id}"))
+                        self.queue.put_back(pieces[i:], self._failed(err, f"writing run {piece.run.run_id}"))
                         return False
                     first = first or err
                     continue
@@ -300,9 +317,7 @@ class Writer:
     def stop_accepting(self, err: BaseException, what: str) -> StoreError:
         """The journal could not be written: the store stops accepting runs (what is queued stays queued)."""
         failure = self._failed(err, what)
-        with self._cv:
-            self.failure = failure
-            self._cv.notify_all()
+        self.queue.settle(failure)
         return failure
 
     def _failed(self, err: BaseException, what: str) -> StoreError:
