@@ -86,6 +86,7 @@ class Reaper:
     def __init__(self, con: PgConnection, mine: str, interval: float, log: Callable[[str], None]) -> None:
         self.con, self.mine, self.interval, self.log = con, mine, interval, log
         self.found: list[str] = []
+        self.rounds = 0  # looks taken so far (what a test waits on, rather than on time)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = threading.Thread(target=self._loop, name="tracemem-lease",
                                                                     daemon=True)
@@ -97,6 +98,7 @@ class Reaper:
                 self.found += reap(self.con, self.mine, self.log)
             except Exception as err:  # noqa: BLE001 - the thread lives on; the next round retries
                 self.log(f"looking for dead store leases failed: {first_line(err)}")
+            self.rounds += 1
 
     def stop(self) -> None:
         self._stop.set()
