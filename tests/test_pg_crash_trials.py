@@ -5,8 +5,9 @@ With default settings (durability "run"), a PostgreSQL store commits each finish
 a local journal); the background writer moves it into the tables later. A killed worker's journal
 rows are replayed by the next store that opens (its lease is dead once the server ends its session).
 
-A child process runs a 10-stage pipeline in a loop against a real PostgreSQL server and, after each
-`flow.run` returns, appends `R run i` to a side file with `os.write` (which survives SIGKILL). The
+A child process (tests/test_crash_trials.py's worker) runs a 10-stage pipeline in a loop against a real
+PostgreSQL server and, after each `flow.run` returns, appends `R run i t` to a side file with `os.write`
+(which survives SIGKILL). The
 parent SIGKILLs it at a seeded random time (0.05-0.6 s after it is ready; every fourth trial 1.5-2 s,
 past several of the writer's batches), opens the store (which recovers the dead worker's runs) and
 checks: every returned run is there, 'ok', with its ten steps, twenty reads and twenty writes; no run
@@ -29,52 +30,15 @@ from typing import Any
 import pytest
 
 from pg_fixtures import pg_server  # noqa: F401
+from test_crash_trials import ROOT, STAGES, WORKER  # the file trials' worker, given a PostgreSQL URL
 from tracemem.store import Store
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STAGES = 10
-
-WORKER = """
-import os, sys
-sys.path.insert(0, {root!r})
-from pydantic import BaseModel
-from tracemem import Pipeline
-from tracemem.store import Store
-
-side = os.open({side!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-class S(BaseModel):
-    n: int = 0
-    log: list[int] = []
-
-def make(k):
-    def stage(s):
-        s.n = s.n + 1
-        s.log.append(k)
-    stage.__name__ = f"s{{k}}"
-    return stage
-
-pipeline = Pipeline("crash", S)
-for k in range(1, {stages} + 1):
-    pipeline = pipeline.then(make(k), id=f"s{{k}}")
-flow = pipeline.build()
-store = Store({url!r}, lease_seconds=2)
-print("ready", flush=True)
-i = 0
-while True:
-    run = flow.run({{"n": i * 100}}, store=store)
-    os.write(side, f"R {{run.run_id}} {{i}}\\n".encode())
-    i += 1
-"""
 
 
 def _returned(side: Path) -> dict[str, int]:
-    out = {}
-    for line in side.read_text().splitlines():
-        kind, run_id, i = line.split()  # (an os.write of a short line is atomic)
-        assert kind == "R"
-        out[run_id] = int(i)
-    return out
+    """The runs flow.run returned: `R run_id i time` lines (`S` lines say which stages ended)."""
+    lines = [line.split() for line in side.read_text().splitlines()]  # (an os.write of a short line is atomic)
+    return {parts[1]: int(parts[2]) for parts in lines if parts[0] == "R"}
 
 
 def _trial(server: Any, folder: Path, seed: int) -> tuple[int, int]:
@@ -83,7 +47,7 @@ def _trial(server: Any, folder: Path, seed: int) -> tuple[int, int]:
     url = server.url("tracemem_tests") + f"?schema=crash_{uuid.uuid4().hex[:12]}"
     side, err = folder / f"side-{seed}", folder / f"stderr-{seed}"
     script = folder / f"worker-{seed}.py"
-    script.write_text(WORKER.format(root=ROOT, side=str(side), stages=STAGES, url=url))
+    script.write_text(WORKER.format(root=ROOT, side=str(side), stages=STAGES, path=url, kwargs={"lease_seconds": 2}))
     with open(err, "wb") as stderr:
         worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=stderr)
     where = f"trial seed {seed}"

@@ -12,12 +12,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from pg_fixtures import pg_server, pg_url, store_factory  # noqa: F401
+from test_text_properties import Scope, held as stored, stage_for  # a stage that records text in every field
 from tracemem import Pipeline
 from tracemem.memory.errors import MemoryInputError
 from tracemem.models import ScriptedModel
@@ -29,29 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONE = json.loads('"cut \\ud83d"')  # half an emoji
 
 
-class Note(BaseModel):
-    text: str = ""
-    items: list[str] = []
-    answer: str = ""
-
-
 def recorded(text: str, fail: bool = False) -> Pipeline:
-    def stage(s: Note, ctx: Any) -> None:
-        ctx.log(f"log {text}")
-        s.text = text
-        s.items.append(text)
-        s.answer = ctx.complete(ctx.env["model"], [{"role": "user", "content": "hi"}]).text
-        ctx.emit("prompts", prompt_id=f"p-{ctx.run_id}", text=text)
-        if fail:
-            raise ValueError(f"failed {text}")
-
-    return Pipeline(f"pipe {text}", Note).then(stage).build()
-
-
-def stored(text: str, kind: str) -> str:
-    """What a store of `kind` holds for `text`."""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("\x00", "\\u0000") if kind == "postgres" else text
+    return Pipeline(f"pipe {text}", Scope).then(stage_for(text, fail)).build()
 
 
 @pytest.mark.parametrize("durability, interval", [("run", 0.05), ("run", 0), ("stage", 0.05)])
@@ -68,7 +46,7 @@ def test_every_field_holds_nul_and_lone_surrogates_as_duckdb_does(store_factory,
                         [run.run_id]).fetchall()
         assert len(row) == 1 and row[0][:3] == (run.status, stored(f"pipe {text}", kind), stored(f"subj {text}", kind))
         steps = store.sql("SELECT status, error, logs[1] FROM steps WHERE run_id = ?", [run.run_id]).fetchall()
-        assert steps == [(run.status, stored(f"ValueError: failed {text}", kind) if fail else None,
+        assert steps == [(run.status, stored(f"RuntimeError: failed {text}", kind) if fail else None,
                           stored(f"log {text}", kind))]  # (then, for a lone surrogate, a line saying it was escaped)
         assert store.sql("SELECT response FROM model_calls WHERE run_id = ?", [run.run_id]).fetchall() == \
             [(stored(f"reply {text}", kind),)]
