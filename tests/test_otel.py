@@ -344,13 +344,16 @@ def test_failed_subflow(otel_setup):
         assert found[name].attributes["error.type"] == "RuntimeError", name
 
 
+BOTH = threading.Barrier(2)  # the two branches wait for each other: they overlap however loaded the machine
+
+
 def left(s):
-    time.sleep(0.01)
+    BOTH.wait(timeout=60)  # (a stalled branch brings a helper thread for the other: tracemem/flow/stalls.py)
     s.a = threading.current_thread().name
 
 
 def right(s):
-    time.sleep(0.01)
+    BOTH.wait(timeout=60)
     s.b = threading.current_thread().name
 
 
