@@ -28,14 +28,15 @@ from typing import Optional
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 SCRIPTS = ("overhead", "store", "memory", "memory_scale", "snapshot", "scale", "blame",
-           "resume", "tools", "ui", "user_sql", "postgres", "peers", "requests", "why")
+           "resume", "tools", "ui", "user_sql", "postgres", "pg_durability", "peers", "requests", "why")
 # for scripts without a --quick flag of their own
 QUICK_ARGS = {"overhead": [("--runs", "200"), ("--reps", "2")],
               "store": [("--runs", "200"), ("--reps", "2"), ("--turns", "50")],
               "snapshot": [("--sizes", "2000,10000"), ("--queries", "50")],
               "memory_scale": [("--smoke", "")], "blame": [("--runs", "5000"), ("--memories", "1000")],
               "resume": [("--rounds", "100"), ("--reps", "2")], "ui": [("--runs", "2000"), ("--steps", "100")],
-              "user_sql": [("--runs", "200"), ("--queries", "20")], "requests": [("--turns", "100")]}
+              "user_sql": [("--runs", "200"), ("--queries", "20")], "requests": [("--turns", "100")],
+              "pg_durability": [("--runs", "50"), ("--reps", "2")]}
 PACKAGES = ("tracemem-agents", "duckdb", "numpy", "pydantic", "pyarrow", "opentelemetry-sdk",
             "langgraph", "langgraph-checkpoint-sqlite", "apache-burr")
 NUM = r"([0-9][0-9,]*\.?[0-9]*)"
