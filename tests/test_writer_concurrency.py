@@ -226,3 +226,35 @@ def test_a_data_error_still_degrades_only_its_run_and_says_why(store_factory):
     _whole(store, good)
     loaded = store.run(bad.run_id)
     assert loaded.output.answer == "odd" and "no text for you" in loaded.notes[0]
+
+
+def test_what_fails_after_a_batch_committed_is_said_and_never_writes_the_batch_again(store_factory):
+    store = store_factory(flush_interval=600)
+    runs = [TWO.run({"question": f"q{i}"}, store=store, env=ENV) for i in range(4)]
+    told = store.writer.on_written
+
+    def failing_once(batch: Any) -> None:  # e.g. the store's growth check, on a connection interrupted meanwhile
+        store.writer.on_written = told
+        raise RuntimeError("after the commit")
+
+    store.writer.on_written = failing_once
+    with pytest.raises(TracememError, match="after the commit"):
+        store.flush()
+    store.flush()  # said once
+    _whole(store, runs)  # once each, not degraded: what failed came after the commit
+
+
+def test_an_interrupt_in_a_flush_leaves_the_runs_queued_not_degraded(store_factory):
+    store = store_factory(flush_interval=600)
+    runs = [TWO.run({"question": f"q{i}"}, store=store, env=ENV) for i in range(4)]
+    insert = store.backend.insert
+
+    def interrupted(batch: Any) -> None:
+        store.backend.insert = insert
+        raise KeyboardInterrupt
+
+    store.backend.insert = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        store.flush()
+    store.flush()
+    _whole(store, runs)

@@ -21,6 +21,9 @@ What fails is told apart (the backend says which failures are momentary):
   rows, then as its runs row alone, saying so in `runs.notes`; the next `flush()` raises it;
 - the file itself (disk full, I/O error, a momentary failure that lasted): the store stops
   accepting runs, loudly, and keeps what is queued, retrying every `RETRY_INTERVAL`.
+What fails once a batch is in (emptying the journal, telling the store) is raised by the next
+`flush()`, never a reason to write the batch again; an interrupt (KeyboardInterrupt in a flush)
+puts what it did not write back in the queue.
 """
 from __future__ import annotations
 
@@ -233,14 +236,18 @@ class Writer:
         self.drain()
 
     def _write(self, pieces: list[Piece]) -> bool:
-        """Write pieces as one batch (run by run when that fails on data); False when the file failed."""
+        """Write pieces as one batch (run by run when that fails on data); False when the file failed. An
+        interrupt (KeyboardInterrupt in a flush) puts them back, unwritten, and goes on up."""
         try:
             self.commit(self._batch(pieces, "whole"))
-        except BaseException as err:
+        except Exception as err:
             if _file_failure(err) is not None:
                 self.queue.put_back(pieces, self._failed(err, f"writing {len(pieces)} piece(s) of runs"))
                 return False
             return self._write_each(pieces)
+        except BaseException:
+            self.queue.put_back(pieces, None)
+            raise
         return True
 
     def _batch(self, pieces: Sequence[Piece], level: str, notes: Optional[list[str]] = None) -> Batch:
@@ -282,10 +289,14 @@ class Writer:
                 pass
             time.sleep(wait)
             waited, wait, attempt = waited + wait, min(wait * 2, LONGEST_WAIT), attempt + 1
-        journal = getattr(self.backend, "journal", None)
-        if batch.position is not None and batch.position == getattr(journal, "size", None):  # all of it is in
-            journal.empty(batch.position, lambda: self.backend.writer_con.execute(META_SQL, ["journal_applied", "0"]))
-        self.on_written(batch)
+        try:  # the batch is in: nothing that fails now may write it again (it is said by the next flush())
+            journal = getattr(self.backend, "journal", None)
+            if batch.position is not None and batch.position == getattr(journal, "size", None):  # all of it is in
+                journal.empty(batch.position,
+                              lambda: self.backend.writer_con.execute(META_SQL, ["journal_applied", "0"]))
+            self.on_written(batch)
+        except Exception as err:  # noqa: BLE001 - the journal replays nothing the tables hold (journal_applied)
+            self.errors.append(err)
 
     def _write_each(self, pieces: list[Piece]) -> bool:
         """After a batch failed on data: piece by piece, so one bad run never blocks the others (see the module
@@ -298,13 +309,17 @@ class Writer:
                     note = [_loss(piece.run, level, first)] if first is not None else []
                     piece.run.notes.extend(note)
                     self.commit(self._batch([piece], level, note))
-                except BaseException as err:
+                except Exception as err:
                     del piece.run.notes[kept:]
                     if _file_failure(err) is not None:
                         self.queue.put_back(pieces[i:], self._failed(err, f"writing run {piece.run.run_id}"))
                         return False
                     first = first or err
                     continue
+                except BaseException:  # an interrupt: this piece and the rest go back, unwritten
+                    del piece.run.notes[kept:]
+                    self.queue.put_back(pieces[i:], None)
+                    raise
                 if first is not None:
                     self.errors.append(TracememError(f"run {piece.run.run_id} of '{piece.run.pipeline}': "
                                                      f"{piece.run.notes[-1]}"))
