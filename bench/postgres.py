@@ -35,10 +35,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.memory import RandomEmbedder, pct  # noqa: E402
 from bench.overhead import STAGES, build_flow  # noqa: E402
+from bench.timing import queue_whole  # noqa: E402
 from tracemem.store import Store  # noqa: E402
-from tracemem.store.write.listener import cost_of  # noqa: E402
-from tracemem.store.write.rows import run_row  # noqa: E402
-from tracemem.store.write.writer import Piece  # noqa: E402
 
 WRITER_A = """
 import sys, time
@@ -91,8 +89,7 @@ def ingest(places: dict[str, Callable[..., Store]], runs: int) -> None:
         store = open_("ingest")
         start = time.perf_counter()
         for r in prepared:
-            records = (tuple(r.steps), tuple(r.reads), tuple(r.writes), tuple(r.decisions), ())
-            store.writer.queue.put(Piece(r, run_row(r, store.lease), records, None, None, cost_of(r, records)))
+            queue_whole(store, r)
         store.flush()
         elapsed = time.perf_counter() - start
         print(f"{kind:<12} {rows / elapsed:>12,.0f} events/s  ({elapsed * 1000:.0f} ms)")

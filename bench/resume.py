@@ -83,13 +83,13 @@ def child(kind: str, path: str, run_id: str, fork_step: int) -> None:
                    steps=len(run.steps), live_calls=len(ENV["model"].calls))
         assert run.ok, run.error
     else:
-        exe = fork_execution(flow.program, run_id, fork_step, store=store, env=ENV, sinks=[store.sink()])
+        exe = fork_execution(flow.program, run_id, fork_step, store=store, env=ENV, listeners=[store.listener()])
         t2 = time.perf_counter()
         run = run_sync(exe.execute(True, async_mode=False), "the bench flow has no async stage")  # timed apart
         t3 = time.perf_counter()
         store.flush()  # the fork's own 501 steps go to the file first: the warm figure is the fork alone
         again = time.perf_counter()
-        fork_execution(flow.program, run_id, fork_step, store=store, env=ENV, sinks=[store.sink()])
+        fork_execution(flow.program, run_id, fork_step, store=store, env=ENV, listeners=[store.listener()])
         out.update(fork_ms=(t2 - t1) * 1e3, fork_run_ms=(t3 - t2) * 1e3, fork_steps=len(run.steps),
                    fork_warm_ms=(time.perf_counter() - again) * 1e3)
     store.close()

@@ -33,6 +33,7 @@ from pydantic import BaseModel
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import STAGES, build_flow, make_plain, FIELDS  # noqa: E402
 from bench.pressure import report as pressure_report  # noqa: E402
+from bench.timing import queue_whole  # noqa: E402
 from tracemem import Pipeline  # noqa: E402
 from tracemem.store import Store  # noqa: E402
 
@@ -148,7 +149,7 @@ def main() -> None:
     ingest = Store(os.path.join(folder, "ingest.duckdb"))
     start = time.perf_counter()
     for r in runs:
-        ingest.writer.enqueue(r)
+        queue_whole(ingest, r)
     ingest.flush()
     elapsed = time.perf_counter() - start
     print(f"\n## ingest: {rows:,} rows from {len(runs):,} runs in {elapsed * 1000:.0f} ms = "

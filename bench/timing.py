@@ -1,4 +1,4 @@
-"""What the durability benchmarks share: a run's step entries, and interleaved timing of candidates.
+"""What the benchmarks share: a run's step entries, a finished run queued whole, and interleaved timing.
 
 `Bench` times candidates in turns (fast operations in batches, fsyncs and commits one by one,
 round-robin in a shuffled order), so noise from other processes hits every candidate alike;
@@ -12,11 +12,13 @@ import sqlite3
 import statistics
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import build_flow  # noqa: E402
 from tracemem.record import Read, Step, Write  # noqa: E402
+from tracemem.store.write.listener import cost_of  # noqa: E402
+from tracemem.store.write.rows import Piece, run_row  # noqa: E402
 
 Entry = tuple[str, Step, list[Read], list[Write]]
 
@@ -25,6 +27,12 @@ def real_entries() -> tuple[list[Entry], Any]:
     run = build_flow().run({})
     return [(run.run_id, s, [r for r in run.reads if r.step == s.step], [w for w in run.writes if w.step == s.step])
             for s in run.steps], run
+
+
+def queue_whole(store: Any, run: Any) -> None:
+    """Queue a finished run for the store's writer as one piece, past the journal: what the ingest figures time."""
+    records = (tuple(run.steps), tuple(run.reads), tuple(run.writes), tuple(run.decisions), ())
+    store.writer.queue.put(Piece(run, run_row(run, store.lease), records, None, None, cost_of(run, records)))
 
 
 class Bench:

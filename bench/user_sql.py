@@ -1,4 +1,4 @@
-"""What the read-only SQL fence (tracemem/store/user_sql.py) costs: opening it, and each query through it.
+"""What the read-only SQL fence (tracemem/store/read/user_sql.py) costs: opening it, and each query through it.
 
     python bench/user_sql.py [--runs 2000] [--queries 200]
 

@@ -13,8 +13,6 @@ import os
 import signal
 from typing import Any
 
-from pydantic import BaseModel
-
 from stages import AgentScope, assemble_prompt, recall, tool_agent
 from tracemem import Pipeline
 from tracemem.models import ScriptedModel, ToolCall

@@ -259,7 +259,7 @@ def test_prune_keeps_what_memories_cite_and_export_writes_parquet(store_factory,
 
 def test_read_only_sql_cannot_change_the_store(store_factory, request):
     from tracemem.store import Store
-    from tracemem.store.user_sql import ReadOnlySQLError
+    from tracemem.store.read.user_sql import ReadOnlySQLError
 
     writer = store_factory()
     flow().run({"question": "keep me"}, store=writer)

@@ -22,7 +22,8 @@ from tracemem import Pipeline, TracememError
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
 from tracemem.store.write.listener import cost_of
-from tracemem.store.write.writer import Piece, Writer
+from tracemem.store.write.rows import Piece
+from tracemem.store.write.writer import Writer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

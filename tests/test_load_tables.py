@@ -1,4 +1,4 @@
-"""Loading runs back a table at a time (store/load.py) and the claim a resume takes (store/claims.py).
+"""Loading runs back a table at a time (store/read/load.py) and the claim a resume takes (store/claims.py).
 
 A load reads each table that holds rows in its own query and sorts its rows in Python;
 these tests hold it to the live runs it loads: one run, many at once (more than eight

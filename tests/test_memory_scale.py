@@ -19,7 +19,7 @@ import pytest
 from tracemem.errors import TracememError
 from tracemem.memory import (EmbedderMismatchError, HashingEmbedder, Memory, MemoryInputError, MemoryNotFoundError,
                              MemoryStoreError)
-from tracemem.memory import fingerprint, sql
+from tracemem.memory import fingerprint
 from tracemem.memory.index import Shard
 from tracemem.memory.search import rank_shard
 from tracemem.memory.vectors import int8_kernel, quantize

@@ -20,7 +20,7 @@ from tracemem.errors import TracememError
 from tracemem.store import Store
 from tracemem.store.pg.reader import reader_role
 from tracemem.store.tables import ALL_TABLES, VIEWS
-from tracemem.store.user_sql import QueryTimeout, ReadOnlySQLError
+from tracemem.store.read.user_sql import QueryTimeout, ReadOnlySQLError
 
 TRACEMEM = str(Path(sys.executable).with_name("tracemem"))
 

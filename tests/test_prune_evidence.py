@@ -3,7 +3,7 @@
 - every earlier turn of a thread whose later turns it keeps, so the last turn still loads and
   backtracking names the turn a value came from;
 - runs cited by memories and by `snapshot_uses` of kept runs, transitively; the list of citing tables
-  is one tuple (store/citations.py) that new tables plug into;
+  is one tuple (store/audit/citations.py) that new tables plug into;
 - `force=True` prunes anyway and leaves a tombstone: a trace that crosses into such a run says
   "pruned", and replaying a thread that lost its first turns says why it cannot;
 - limits that cannot work are refused with one line (API: UsageError; CLI: exit 1).
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from stages.cli import main
 from tracemem import Pipeline, TracememError, UsageError
 from tracemem.store import Store
-from tracemem.store import citations, retention
+from tracemem.store.audit import citations, retention
 
 
 class Chat(BaseModel):

@@ -24,7 +24,7 @@ from stages.cli import main
 from tracemem.errors import TracememError
 from tracemem.store import Store
 from tracemem.store.tables import ALL_TABLES
-from tracemem.store.user_sql import ReadOnlySQLError
+from tracemem.store.read.user_sql import ReadOnlySQLError
 
 TRACEMEM = str(Path(sys.executable).with_name("tracemem"))
 

@@ -76,7 +76,7 @@ def test_compact_needs_the_file_to_itself(tmp_path):
     try:
         assert agent.stdout.readline().strip() == "open"
         before = Path(path).read_bytes()
-        from tracemem.store.compact import compact
+        from tracemem.store.audit.compact import compact
 
         with pytest.raises(StoreLockedError):
             compact(path)

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any

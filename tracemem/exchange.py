@@ -16,7 +16,7 @@ every turn; at the head of the conversation chain they would make every turn a n
 A call emits rows only for content its store does not have yet: `KnownContent` remembers what
 each store was handed (bounded; a forgotten id costs one duplicate row, which the store drops when
 it inserts). Masking of a run's secrets is applied before anything is hashed, so an id never
-encodes a secret; the reader side (`Request`, `requests_of`) lives in store/requests.py.
+encodes a secret; the reader side (`Request`, `requests_of`) lives in store/read/requests.py.
 """
 from __future__ import annotations
 

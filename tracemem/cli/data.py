@@ -62,7 +62,7 @@ def _changes_data(query: str) -> bool:
 
 
 def cmd_sql(args: argparse.Namespace, out: Any) -> None:
-    from ..store.user_sql import QueryTimeout, ReadOnlySQLError, interrupted
+    from ..store.read.user_sql import QueryTimeout, ReadOnlySQLError, interrupted
 
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout takes a number of seconds > 0 (e.g. 60), got {args.timeout:g}")
@@ -104,7 +104,7 @@ def cmd_memories(args: argparse.Namespace, out: Any) -> None:
         where.append("subject = ?")
         params.append(args.subject)
     clause = ("WHERE " + " AND ".join(where)) if where else ""
-    from ..store.own_sql import own_rows
+    from ..store.read.own_sql import own_rows
 
     with open_store(args) as store:
         cols, rows = own_rows(store, "SELECT memory_id, subject, text, confidence, review_state, valid_from, "
@@ -170,7 +170,7 @@ def cmd_prune(args: argparse.Namespace, out: Any) -> None:
 
 
 def _compact(args: argparse.Namespace) -> tuple[int, int]:
-    from ..store.compact import compact
+    from ..store.audit.compact import compact
 
     return compact(db_path(args))
 

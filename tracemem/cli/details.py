@@ -49,7 +49,7 @@ def _message_lines(message: dict[str, Any]) -> list[str]:
 
 
 def _request_lines(request: Any) -> list[str]:
-    """The exact request a call sent (store/requests.py): system instructions, messages, tools offered."""
+    """The exact request a call sent (store/read/requests.py): system instructions, messages, tools offered."""
     if request is None or not request.recorded:
         return ["  sent: (not recorded: the call predates exact requests, or was recorded without one)"]
     out = [f"  sent: {len(request.system)} system, {len(request.messages)} messages"

@@ -9,22 +9,20 @@ index. Forks and maps (flow/parallel.py) and subflows (flow/subflow.py) are the 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from ..errors import LoopLimitError, TracememError
 from ..record import Decision
 from .interrupt import Pause
 from .parallel import run_fork, run_map
 from .program import Instruction
+from .runner import Execution
 from .spec import LoopNode, StageSpec
-from .steps import Paused
+from .steps import Begun, Paused
 from .subflow import run_subflow
 
-if TYPE_CHECKING:
-    from .runner import Begun, Execution
 
-
-async def run_stage(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_stage(exe: Execution, ins: Instruction, pc: int) -> int:
     """A stage: its step, then the next instruction (or out of a loop, when it called `ctx.break_loop`)."""
     spec: StageSpec = ins.spec  # type: ignore[assignment]
     if spec.pause_before:
@@ -36,14 +34,14 @@ async def run_stage(exe: "Execution", ins: Instruction, pc: int) -> int:
     def conclude(begun: Begun, result: Any) -> Optional[Decision]:
         if begun.rec.break_reason is None:
             return None
-        decision, after[0] = exe.leave_loop(ins, begun)
+        decision, after[0] = exe.loops.break_out(ins, begun)
         return decision
 
     await exe.step(ins, spec, "stage", conclude)
     return after[0]
 
 
-async def run_branch(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_branch(exe: Execution, ins: Instruction, pc: int) -> int:
     """A decider: the arm its key names; a key that loops back counts a round of that loop."""
     spec: StageSpec = ins.spec  # type: ignore[assignment]
     loop_key = ("loop", pc)
@@ -73,7 +71,7 @@ async def run_branch(exe: "Execution", ins: Instruction, pc: int) -> int:
     return ins.targets[exe.loops.branch_keys[pc]]
 
 
-async def run_loop(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_loop(exe: Execution, ins: Instruction, pc: int) -> int:
     """`loop_to`: back to its target while `when` holds (the branch before it chose `when`, or the predicate,
     a step of its own, returned true), within `max_iterations`."""
     node: LoopNode = ins.node
@@ -112,11 +110,18 @@ def _raise(error: BaseException) -> Callable[[Begun], Awaitable[Any]]:
     return body
 
 
-async def run_jump(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_jump(exe: Execution, ins: Instruction, pc: int) -> int:
     return ins.target
 
 
 # What each instruction kind does (`Program` ops).
-HANDLERS: dict[str, Callable[["Execution", Instruction, int], Awaitable[int]]] = {
+HANDLERS: dict[str, Callable[[Execution, Instruction, int], Awaitable[int]]] = {
     "jump": run_jump, "stage": run_stage, "branch": run_branch, "loop": run_loop, "fork": run_fork, "map": run_map,
     "subflow": run_subflow}
+
+
+class Runner(Execution):
+    """A run's execution with the node kinds bound: what `flow.run`, a resume and a fork start."""
+
+    async def run_node(self, ins: Instruction, pc: int) -> int:
+        return await HANDLERS[ins.op](self, ins, pc)

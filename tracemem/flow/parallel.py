@@ -16,27 +16,24 @@ step answered from the record for what it made before.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from ..errors import TracememError
 from ..scope.tracked import private_copy
 from .fork import fork_conflict, merge_branch, run_branches
 from .program import Instruction
+from .runner import Execution
 from .spec import StageSpec
-from .steps import Abort, Paused, deliver
-
-if TYPE_CHECKING:
-    from .runner import Begun, Execution
+from .steps import Abort, Begun, Paused, deliver
 
 
-
-async def run_fork(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_fork(exe: Execution, ins: Instruction, pc: int) -> int:
     """A fork: its branches at once, committed in declared order (or none)."""
     begun = [exe.begin(ins, spec, "fork-branch") for spec in ins.node.branches]
     return await _parallel(exe, ins, begun, [s.id for s in ins.node.branches], pc)
 
 
-async def run_map(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_map(exe: Execution, ins: Instruction, pc: int) -> int:
     """A map: its stage once per element of the list field, at once, each step finding its element in `ctx.item`."""
     spec: StageSpec = ins.spec  # type: ignore[assignment]
     over = ins.node.over
@@ -51,7 +48,7 @@ async def run_map(exe: "Execution", ins: Instruction, pc: int) -> int:
         else pc + 1
 
 
-async def _parallel(exe: "Execution", ins: Instruction, begun: list[Begun], labels: list[str], pc: int) -> int:
+async def _parallel(exe: Execution, ins: Instruction, begun: list[Begun], labels: list[str], pc: int) -> int:
     """Run begun steps at once (a fork's branches, a map's elements); commit them in order, or none."""
     outcomes = await run_branches(lambda i: exe.call(begun[i]), [b.spec.is_async for b in begun],
                                   exe.async_mode, exe.program.pool)
@@ -72,7 +69,7 @@ async def _parallel(exe: "Execution", ins: Instruction, begun: list[Begun], labe
     breaker = next((i for i, b in enumerate(begun) if b.rec.break_reason is not None), -1)
     if failure is None and breaker >= 0:  # a branch called break_loop(): leave the loop after the fork
         try:
-            decision, next_pc = exe.leave_loop(ins, begun[breaker])
+            decision, next_pc = exe.loops.break_out(ins, begun[breaker])
         except TracememError as err:
             failure, failed_at = err, breaker
     if failure is not None:
@@ -83,7 +80,7 @@ async def _parallel(exe: "Execution", ins: Instruction, begun: list[Begun], labe
     return next_pc
 
 
-def _failed(exe: "Execution", begun: list[Begun], outcomes: list[Any], labels: list[str], failure: BaseException,
+def _failed(exe: Execution, begun: list[Begun], outcomes: list[Any], labels: list[str], failure: BaseException,
             failed_at: int) -> Abort:
     """Record every step of a parallel set failed (none committed); the abort of the one that failed first."""
     abort: Optional[Abort] = None

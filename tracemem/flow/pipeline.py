@@ -39,6 +39,7 @@ from .answers import expect_ref
 from .effect_stage import effect_stage
 from .interrupt import NO_ANSWER
 from .resume import fork_execution, resume_execution
+from .kinds import Runner
 from .runner import Execution
 from .spec import BranchNode, ForkNode, LoopNode, MapNode, Node, StageNode, StageSpec, SubflowNode, stage_spec
 from .streaming import astream_run, stream_run
@@ -310,7 +311,7 @@ class Flow(Generic[S]):
     def _execution(self, inputs: Any, env: Optional[Mapping[str, Any]], store: Any, subject: Optional[str],
                    durability: Optional[str], tracer_provider: Any, resume: Any,
                    listeners: Sequence[Listener]) -> Execution:
-        return Execution(self.program, inputs, env=env, store=store, subject=subject,
+        return Runner(self.program, inputs, env=env, store=store, subject=subject,
                          listeners=self._listeners(store, durability, tracer_provider, listeners),
                          resume=self._previous(resume, store))
 

@@ -23,7 +23,7 @@ from ..record import Decision, Step
 from ..scope.paths import root_of
 from ..scope.replay import replay_thread
 from .program import Instruction, Program
-from .runner import LoopState
+from .steps import LoopState
 
 if TYPE_CHECKING:
     from ..run import Run

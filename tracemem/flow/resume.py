@@ -32,6 +32,7 @@ from .position import initial_scope, locate, scope_at
 from .program import Program
 from .effects import EffectBook, EffectPolicy
 from .replay import ReplayBook
+from .kinds import Runner
 from .runner import PROCESS_SALT, Execution
 from .steps import StartPoint
 from .events import Listener
@@ -159,7 +160,7 @@ def resume_execution(program: Program, target: Union[Run, str], answer: Any = NO
         _release(run, store, status)
         raise
     start.resumed = _resumed(run)
-    return Execution(program, None, env=env, store=store, subject=run.subject, listeners=listeners, start=start)
+    return Runner(program, None, env=env, store=store, subject=run.subject, listeners=listeners, start=start)
 
 
 def _start_of(program: Program, run: Run, pos: "Position", store: Any, replay: bool, live_effects: bool) -> StartPoint:
@@ -276,7 +277,7 @@ def fork_execution(program: Program, target: Union[Run, str], after_step: Union[
     if replay:  # model calls and side effects answered from the record; an effect it lacks is not made
         start.replay = ReplayBook.of_run(source, after)
         start.effects = EffectPolicy((EffectBook.of_run(source, after),), strict=True, live=live_effects)
-    return Execution(program, None, env=env, store=store, subject=run.subject, listeners=listeners, start=start)
+    return Runner(program, None, env=env, store=store, subject=run.subject, listeners=listeners, start=start)
 
 
 def _step_number(run: Run, ref: Union[int, str]) -> int:

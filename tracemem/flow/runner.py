@@ -35,68 +35,12 @@ from .context import EMPTY, ReadOnlyArgs, StageContext
 from .effects import LIVE
 from .events import (DecisionEvent, EventFeed, Listener, RunFailedEvent, RunFinished, RunPaused, RunStarted,
                      StepFinished, StepStarted)
-from .kinds import HANDLERS
 from .program import Instruction, Program
 from .spec import StageSpec
-from .steps import Abort, Paused, StartPoint, deliver
+from .steps import MAPPED, Abort, Begun, LoopState, Paused, StartPoint, deliver
 from .timeout import call_with_timeout, detached
 
 PROCESS_SALT = os.urandom(16)  # hashes secrets of runs recorded without a store
-
-BESIDE_OTHERS = frozenset({"fork-branch", "map-item", "tool"})  # step kinds that run beside others
-MAPPED = frozenset({"map-item", "tool"})  # ... of them, a map's: they may pause (the whole map pauses)
-
-
-class Begun:
-    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
-
-    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
-                 "item", "effects")
-
-    def __init__(self, spec: StageSpec, state: RunState, step: int, kind: StepKind, iteration: int,
-                 routed_by: Optional[int]) -> None:
-        beside = kind in BESIDE_OTHERS
-        self.spec, self.kind, self.iteration, self.routed_by = spec, kind, iteration, routed_by
-        self.rec = StepRecorder(state, step, spec.id, beside)
-        self.started = time.time_ns()
-        self.child_run_id: Optional[str] = None
-        # what ctx.interrupt returns (None: it cannot, in a fork branch, which commits with the others)
-        self.answers: Any = None if beside and kind not in MAPPED else ()
-        # a re-entered stage: its model calls and effects before the pause, to answer from; a map step's element
-        self.replay = self.item = self.effects = None
-
-
-class LoopState:
-    """Control-flow memory of a run: the decision that last routed into each region, how often each
-    loop went round, and the key each branch last chose."""
-
-    def __init__(self) -> None:
-        self.last_decision: dict[Any, int] = {}
-        self.rounds: dict[Any, int] = {}
-        self.branch_keys: dict[int, str] = {}
-
-    def routed_by(self, ins: Instruction) -> Optional[int]:
-        """The latest decision among those that routed into the regions holding `ins`."""
-        best = None
-        for region in ins.regions:
-            step = self.last_decision.get(region.key)
-            if step is not None and (best is None or step > best):
-                best = step
-        return best
-
-    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
-        """Count one more round of a loop (returns the count)."""
-        count = self.rounds.get(key, 0) + 1
-        self.rounds[key] = count
-        if decided_by is not None:
-            self.last_decision[key] = decided_by
-        return count
-
-    def leave(self, key: Any) -> None:
-        """A loop was left: its count and routing start afresh next time."""
-        self.rounds.pop(key, None)
-        self.last_decision.pop(key, None)
-
 
 Conclude = Callable[[Begun, Any], Optional[Decision]]
 """What a node kind decides from its stage's result before the step is recorded (a branch's key, a loop's
@@ -153,7 +97,7 @@ class Execution:
                 if self.cancel is not None and self.cancel.is_set():
                     raise RunCancelled(f"run {run.run_id} was stopped before its next step (the event stream "
                                        "was closed)")
-                pc = await HANDLERS[self.program.ins[pc].op](self, self.program.ins[pc], pc)
+                pc = await self.run_node(self.program.ins[pc], pc)
             run.status = "ok"
         except Paused as paused:
             run.status, run.pending, run.resume_at = "paused", paused.pause.payload, paused.pause.record(paused.pc)
@@ -167,6 +111,11 @@ class Execution:
         if run.status not in ("ok", "paused") and raise_on_error:
             raise RunFailed(run, cause)
         return run
+
+    async def run_node(self, ins: Instruction, pc: int) -> int:
+        """Run instruction `pc` by its node kind; returns the next instruction's index. The kinds build on the
+        step path below, so they are bound on top of it (flow/kinds.py: `Runner`), not imported here."""
+        raise NotImplementedError
 
     def emit(self, event: Any) -> None:
         """Hand an event to every listener."""
@@ -323,15 +272,6 @@ class Execution:
                                    decision, tuple(rows), run.parent_run_id))
             if decision is not None:
                 self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
-
-    def leave_loop(self, ins: Instruction, begun: Begun) -> tuple[Decision, int]:
-        """`ctx.break_loop()`: leave the innermost loop around `ins` (an error outside any loop)."""
-        loops = [r for r in ins.regions if isinstance(r.key, tuple)]
-        if not loops:
-            raise TracememError(f"stage '{begun.spec.id}' called break_loop() but is not inside a loop")
-        region = max(loops, key=lambda r: r.start)
-        self.loops.leave(region.key)
-        return Decision(begun.rec.step, "break", {"reason": begun.rec.break_reason, "loop": region.name}), region.exit
 
 
 EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop

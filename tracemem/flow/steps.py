@@ -1,21 +1,88 @@
-"""Where a run starts when it does not start afresh (`StartPoint`), what a re-entered step is handed
+"""The values a run's steps pass around: a step that has begun (`Begun`), the loops' state (`LoopState`),
+where a run starts when it does not start afresh (`StartPoint`), what a re-entered step is handed
 (`deliver`), and the two signals that end a run early (failed, paused).
 
-They sit apart from the runner so that `flow/resume.py`, which rebuilds an execution's
-state from a recorded run, hands it to the runner as one value.
+They sit apart from the runner so that the node kinds (flow/kinds.py, parallel.py, subflow.py) and
+`flow/resume.py`, which rebuilds an execution's state from a recorded run, use them without the runner.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from ..errors import TracememError
+from ..record import Decision, StepKind
+from ..scope.recorder import RunState, StepRecorder
 from .answers import check_answer
 from .effects import EffectPolicy
 from .interrupt import Delivery, Pause
+from .program import Instruction
+from .spec import StageSpec
 
-if TYPE_CHECKING:
-    from .runner import Begun
+BESIDE_OTHERS = frozenset({"fork-branch", "map-item", "tool"})  # step kinds that run beside others
+MAPPED = frozenset({"map-item", "tool"})  # ... of them, a map's: they may pause (the whole map pauses)
+
+
+class Begun:
+    """A step that has started: its spec, recorder, kind, iteration, start time and routing decision."""
+
+    __slots__ = ("spec", "rec", "kind", "iteration", "started", "routed_by", "child_run_id", "answers", "replay",
+                 "item", "effects")
+
+    def __init__(self, spec: StageSpec, state: RunState, step: int, kind: StepKind, iteration: int,
+                 routed_by: Optional[int]) -> None:
+        beside = kind in BESIDE_OTHERS
+        self.spec, self.kind, self.iteration, self.routed_by = spec, kind, iteration, routed_by
+        self.rec = StepRecorder(state, step, spec.id, beside)
+        self.started = time.time_ns()
+        self.child_run_id: Optional[str] = None
+        # what ctx.interrupt returns (None: it cannot, in a fork branch, which commits with the others)
+        self.answers: Any = None if beside and kind not in MAPPED else ()
+        # a re-entered stage: its model calls and effects before the pause, to answer from; a map step's element
+        self.replay = self.item = self.effects = None
+
+
+class LoopState:
+    """Control-flow memory of a run: the decision that last routed into each region, how often each
+    loop went round, and the key each branch last chose."""
+
+    def __init__(self) -> None:
+        self.last_decision: dict[Any, int] = {}
+        self.rounds: dict[Any, int] = {}
+        self.branch_keys: dict[int, str] = {}
+
+    def routed_by(self, ins: Instruction) -> Optional[int]:
+        """The latest decision among those that routed into the regions holding `ins`."""
+        best = None
+        for region in ins.regions:
+            step = self.last_decision.get(region.key)
+            if step is not None and (best is None or step > best):
+                best = step
+        return best
+
+    def go_round(self, key: Any, decided_by: Optional[int]) -> int:
+        """Count one more round of a loop (returns the count)."""
+        count = self.rounds.get(key, 0) + 1
+        self.rounds[key] = count
+        if decided_by is not None:
+            self.last_decision[key] = decided_by
+        return count
+
+    def leave(self, key: Any) -> None:
+        """A loop was left: its count and routing start afresh next time."""
+        self.rounds.pop(key, None)
+        self.last_decision.pop(key, None)
+
+    def break_out(self, ins: Instruction, begun: Begun) -> tuple[Decision, int]:
+        """`ctx.break_loop()`: leave the innermost loop around `ins` (an error outside any loop); the decision
+        recorded on the step, and the instruction after the loop."""
+        loops = [r for r in ins.regions if isinstance(r.key, tuple)]
+        if not loops:
+            raise TracememError(f"stage '{begun.spec.id}' called break_loop() but is not inside a loop")
+        region = max(loops, key=lambda r: r.start)
+        self.leave(region.key)
+        return Decision(begun.rec.step, "break", {"reason": begun.rec.break_reason, "loop": region.name}), region.exit
 
 
 class Abort(TracememError):
@@ -62,7 +129,7 @@ class StartPoint:
     pc: int = 0  # the instruction to continue at
     next_step: int = 0  # the number of the last step recorded
     counts: dict[str, int] = field(default_factory=dict)  # executions per stage id
-    loops: Any = None  # its loops' state (a LoopState, flow/runner.py; None: a fresh one)
+    loops: Optional[LoopState] = None  # its loops' state (None: a fresh one)
     prelude: Any = None  # a fork's edits (a StageSpec), run as its first step
     deliver: Optional[Delivery] = None  # what the stage it re-enters gets (answers, recorded calls and effects)
     gate: int = -1  # a `pause_before` point already answered

@@ -3,28 +3,25 @@
 The child gets the parent's store, listeners, env, subject and event feed, and records the parent's run id
 and step as its parent; its outputs are written into the parent's scope through the step's view (reads and
 writes recorded like any stage's), and a `subflows` row maps them for backtracking. A paused child pauses the
-parent; resuming the parent resumes the child. The child is built as `type(exe)(...)`: the runner imports
-this module, not the other way round.
+parent; resuming the parent resumes the child. The child is built as `type(exe)(...)`, a
+`Runner` like its parent: this module builds on the runner and never imports the node kinds.
 """
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from ..errors import TracememError
-from ..scope.tracked import unwrap
 from ..scope.recorder import new_view
+from ..scope.tracked import unwrap
 from .interrupt import Pause
 from .program import Instruction
+from .runner import Execution
 from .spec import SubflowNode
-from .steps import StartPoint
+from .steps import Begun, StartPoint
 from .sync import run_sync
 
-if TYPE_CHECKING:
-    from .runner import Begun, Execution
 
-
-async def run_subflow(exe: "Execution", ins: Instruction, pc: int) -> int:
+async def run_subflow(exe: Execution, ins: Instruction, pc: int) -> int:
     """A subflow: the child flow runs as its own run inside this step."""
     node: SubflowNode = ins.node
 

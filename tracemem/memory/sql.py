@@ -23,7 +23,7 @@ from .fingerprint import Fingerprint
 from ..dbmeta import META_DDL
 from .tables import MEMORY_COLUMNS, MEMORY_DDL
 
-__all__ = ["transaction", "bulk_wal", "insert_records", "records_table", "insert_table", "insert_events",
+__all__ = ["transaction", "insert_records", "records_table", "insert_table", "insert_events",
            "fetch_records", "load_live", "update_record", "update_statement", "write_embeddings", "get_meta", "set_meta",
            "ensure_tables", "event_json", "event_text", "SHARED"]
 

@@ -62,7 +62,7 @@ class Backend(Protocol):
 
     def user_connection(self) -> Any: ...  # `store.con`: the user's, never used by tracemem
 
-    insert: Any  # (batch) -> None: one transaction of a batch, on the writer's connection
+    insert: Callable[[Batch], None]  # one transaction of a batch, on the writer's connection
 
     def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary (write/writer.py)
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 from ..errors import UsageError
 from ..memory.tables import MEMORY_COLUMNS, META_DIM, META_EMBEDDER_ID
 from ..times import utc_naive
-from .contents import copy_content
+from .audit.contents import copy_content
 from .tables import RUN_TABLES
 
 __all__ = ["CopyReport", "copy_history"]

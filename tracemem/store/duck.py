@@ -4,7 +4,7 @@ This is the store as it always was, behind the backend seam (store/backend.py): 
 takes the file's write lock or reads a snapshot copy (store/opening.py), the schema is
 created or migrated (store/tables.py), what the run journal holds is put into the tables
 (store/write/recovery.py), batches go in as Arrow tables (store/write/rows.py), and
-read-only user SQL runs fenced in its own DuckDB instance (store/user_sql.py).
+read-only user SQL runs fenced in its own DuckDB instance (store/read/user_sql.py).
 
 Connections: a DuckDB connection runs one call at a time and refuses a second one made
 meanwhile ("connection is busy") rather than waiting, so nothing is shared across owners.
@@ -32,12 +32,12 @@ from ..ids import new_id
 from ..memory import sql as memory_sql
 from .diagnose import open_error, transient_failure
 from .opening import connect, recover_dead_runs
-from .retention import export
+from .audit.retention import export
 from .tables import open_schema
-from .user_sql import UserSQL
+from .read.user_sql import UserSQL
 from .write.journal import FileJournal
 from .write.recovery import recover_file
-from .write.rows import Batch, insert_batch
+from .write.rows import insert_batch
 
 __all__ = ["DuckBackend"]
 
@@ -104,7 +104,7 @@ class DuckBackend:
         except BaseException:
             self._close_files()
             raise
-        # user SQL on a read-only store runs fenced (store/user_sql.py): no files, ATTACH, SET or changes
+        # user SQL on a read-only store runs fenced (store/read/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -117,7 +117,7 @@ class DuckBackend:
 
     def interrupt(self) -> None:
         """Cancel what tracemem's own reads run on the file now, from any thread (a caller's time limit; the
-        query raises duckdb.InterruptException). User SQL keeps its own limit (store/user_sql.py)."""
+        query raises duckdb.InterruptException). User SQL keeps its own limit (store/read/user_sql.py)."""
         for con in [self.con, *self._made]:
             try:
                 con.interrupt()

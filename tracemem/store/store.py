@@ -35,22 +35,22 @@ from ..record import ResumePoint, ThreadRun
 from ..run import Run
 from ..scope.known import known_scopes
 from ..scope.schema import ScopeSchema
-from .affected import AffectedReport, affected
+from .audit.affected import AffectedReport, affected
 from .backend import Backend, is_postgres_url, open_backend
-from .blame import BlameReport, blame, verified, wrong_runs
+from .audit.blame import BlameReport, blame, verified, wrong_runs
 from .claims import claim, release
-from .feedback import Feedback
-from .feedback import record as record_feedback
-from .listing import list_runs
+from .audit.feedback import Feedback
+from .audit.feedback import record as record_feedback
+from .read.listing import list_runs
 from .local_paths import check_local
-from .load import chain_of, load_run, load_runs, resolve_run_id, thread
-from .requests import Request, requests_of
+from .read.load import chain_of, load_run, load_runs, resolve_run_id, thread
+from .read.requests import Request, requests_of
 from .registry import caller, open_stores
-from .retention import PruneReport, prune, pruned_at
-from .snapshots import SnapshotIndex
-from .suspect import suspect_reasons
+from .audit.retention import PruneReport, prune, pruned_at
+from .read.snapshots import SnapshotIndex
+from .audit.suspect import suspect_reasons
 from .tables import INDEX_FROM, index
-from .threads import Known, broken_thread, handout, replayed
+from .read.threads import Known, broken_thread, handout, replayed
 from .write.listener import Recent, StoreListener
 from .write.rows import Batch
 from .write.writer import BATCH_COST, MAX_COST, MAX_LAG, Writer
@@ -225,7 +225,7 @@ class Store:
         """The rows of a query: a DuckDB relation, or on PostgreSQL a result with the same methods
         (`.fetchall()`, `.columns`, `.df()`, `.arrow()`); None for a statement that returns nothing.
         On a read-only store the SQL is fenced and stopped after `timeout` seconds (60 by default): DuckDB
-        runs it in a locked-down instance (store/user_sql.py), PostgreSQL as the store's reader role in a
+        runs it in a locked-down instance (store/read/user_sql.py), PostgreSQL as the store's reader role in a
         READ ONLY transaction (store/pg/reader.py)."""
         self.flush()
         return self.backend.sql(query, params, timeout)
@@ -279,7 +279,7 @@ class Store:
 
     def requests(self, run: Any) -> dict[str, Request]:
         """The exact request (system instructions, messages, tools, options) and reply of each model call of a
-        run (a Run or its id) and its subflows, by call id (store/requests.py)."""
+        run (a Run or its id) and its subflows, by call id (store/read/requests.py)."""
         loaded = run if isinstance(run, Run) else self.run(run)
         calls = [c for r in _with_children(loaded) for c in r.rows.get("model_calls", ())]
         self.flush()
@@ -338,7 +338,7 @@ class Store:
 
     def blame(self, *, path: str = "answer", where: Optional[dict[str, Any]] = None, since: Optional[datetime] = None,
               until: Optional[datetime] = None, limit: int = 20, verify: int = 0, **model: Any) -> BlameReport:
-        """Sources ranked by going with wrong answers (Ochiai); `verify=k`, `model=`: tested too (store/blame.py)."""
+        """Sources ranked by going with wrong answers (Ochiai); `verify=k`, `model=`: tested too (store/audit/blame.py)."""
         self.flush()
         with self.lock:
             report = blame(self.backend.cursor(), path=path, where=where, since=since, until=until, limit=limit,
@@ -366,7 +366,7 @@ class Store:
               dry_run: bool = False, force: bool = False,
               progress: Optional[Callable[[int, int], None]] = None) -> PruneReport:
         """Delete runs (and all their rows) older than a date and/or beyond the newest `keep_last`;
-        never a memory, nor a run that kept evidence cites (see store/citations.py): a memory's source,
+        never a memory, nor a run that kept evidence cites (see store/audit/citations.py): a memory's source,
         a snapshot a kept run loaded, an earlier turn of a thread whose later turns are kept. `force=True`
         removes those too, leaving a tombstone (`pruned_runs`) that traces crossing into them report."""
         self.flush()

@@ -12,8 +12,8 @@ import duckdb
 from ..dbmeta import META_DDL, get_meta, set_meta
 from ..errors import StoreError, TracememError
 from ..memory.tables import MEMORY_DDL
-from .feedback import FEEDBACK_DDL
-from .suspect import SUSPECT_VIEW_DDL
+from .audit.feedback import FEEDBACK_DDL
+from .audit.suspect import SUSPECT_VIEW_DDL
 
 SCHEMA_VERSION = 12
 FORMAT = "tracemem"
@@ -121,7 +121,7 @@ RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "p
 # Version 9 (issue 21, big stores and long threads):
 # - runs.thread_id: the first run of the conversation thread a run continues (NULL for a run that continues
 #   none), so a thread is one indexed lookup instead of a recursive walk over `runs` (runs recorded before
-#   keep NULL: their threads are still walked, see store/load.py `chain_of`);
+#   keep NULL: their threads are still walked, see store/read/load.py `chain_of`);
 # - ART indexes (INDEXES below) on run_id in the run tables a load reads, and on runs.parent_run_id and
 #   runs.thread_id, once the store is big: loading a run is point lookups, not scans (a 1M-run store:
 #   ~120 ms → a few ms; ~1 µs/stage more writer CPU);

@@ -3,7 +3,7 @@
 Why: a backtrack starts at one write and walks back through the few steps it depends on, but a
 `RunIndex` is built over the whole run: a 200,000-step run is loaded and indexed (seconds) to draw
 a graph of a hundred nodes. This index holds the run's head alone and loads the steps the walk
-reaches, `BLOCK` at a time with their reads, writes, decisions and rows (store/load.py
+reaches, `BLOCK` at a time with their reads, writes, decisions and rows (store/read/load.py
 `load_runs(steps=…)`); the questions that span the run (the write of a field before another, the
 last write of a path, a prompt's sections, the fields written) are one indexed query each. It
 answers exactly what `RunIndex` answers: the viewer's backtrack page uses it for every run.

@@ -28,7 +28,7 @@ from ..errors import TracememError, UsageError
 from ..memory.errors import MemoryNotFoundError
 from ..store import StoreLockedError
 from ..store.snapshot_dirs import clean_stale
-from ..store.user_sql import QueryTimeout, interrupted
+from ..store.read.user_sql import QueryTimeout, interrupted
 from . import backtrack_page, memory_page, run_page, runs_page, sql_page
 from .limits import TimedOut
 from .source import Source

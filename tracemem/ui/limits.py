@@ -8,7 +8,7 @@ stop the server. So each request's store gets a deadline:
   with when the time is up (`DuckBackend.interrupt`); the query raises `InterruptException`;
 - PostgreSQL: the request's own connection gets a `statement_timeout`, so the server cancels it.
 
-SQL typed in the console has its own limit, set where it runs (store/user_sql.py, store/pg/reader.py).
+SQL typed in the console has its own limit, set where it runs (store/read/user_sql.py, store/pg/reader.py).
 A page that ran out says so on the error page (`TimedOut`), never as a bare 500.
 """
 from __future__ import annotations

@@ -6,8 +6,8 @@ question and answer of each run, feedback, and a count, so it queries the docume
 be missing: its filter and column appear only when it exists.
 
 `rows()` runs these fixed, parameterised SELECTs on the connection tracemem reads with
-(store/own_sql.py), which a read-only Store opens read-only (DuckDB refuses any change on it).
-`store.sql()` on a read-only store runs in a second, fenced DuckDB instance (store/user_sql.py)
+(store/read/own_sql.py), which a read-only Store opens read-only (DuckDB refuses any change on it).
+`store.sql()` on a read-only store runs in a second, fenced DuckDB instance (store/read/user_sql.py)
 because its SQL is typed by a person; the viewer sends SQL a person typed only there (the SQL page).
 Building the fence costs a new DuckDB instance attaching the file, about 80 ms, and the viewer opens
 the store for every request (it must not hold the file: see source.py), so its own queries skip it.
@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import TracememError, UsageError
-from ..store.own_sql import own_rows
+from ..store.read.own_sql import own_rows
 
 __all__ = ["KNOWN_STATUSES", "RunFilter", "RunsPage", "has_table", "options", "resolve", "rows", "runs_page", "runs_version"]
 

@@ -1,7 +1,7 @@
 """What a run's page shows of the whole run, however long: which page of steps, the stage graph, the
 timeline's scale, the paths it wrote. The database computes each (a count, an aggregate, a window
 function), so a page of a 200,000-step run reads what a page of a 200-step one does: the run's head,
-one page of steps with their rows (store/load.py `load_runs(steps=…)`), and these answers.
+one page of steps with their rows (store/read/load.py `load_runs(steps=…)`), and these answers.
 
 The stage graph groups steps the way the runner ran them: a step on its own, or the branches of one
 fork (consecutive `fork-branch` steps of different stages) side by side; one column per stage at the

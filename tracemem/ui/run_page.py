@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from ..errors import RunNotFoundError, TracememError, UsageError
 from ..run import Run
-from ..store.load import load_runs
+from ..store.read.load import load_runs
 from ..text import clip
 from .queries import has_table, resolve, rows
 from .run_outline import GRAPH_STAGES, paths_written, stage_graph, window
@@ -91,7 +91,7 @@ def run_page(request: Request) -> Response:
         extra = _extra(store, run)
         steps = build_steps(run, extra["tool_calls"], win.href)
         requests = store.requests(run) if has_table(store, "messages", "message_id") else {}
-        for view in steps:  # each model call with the exact messages it sent (store/requests.py)
+        for view in steps:  # each model call with the exact messages it sent (store/read/requests.py)
             for call in view.model_calls:
                 call["request"] = requests.get(call.get("call_id"))
         spans = waterfall(run, outline(store, run_id, run.ended_at), extra["tool_calls"])

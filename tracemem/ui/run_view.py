@@ -82,7 +82,7 @@ def _decision(chosen: str, evidence: Any) -> dict[str, Any]:
 
 def build_steps(run: Run, tool_calls: Optional[list[dict[str, Any]]] = None,
                 href: Callable[[Optional[int], str], str] = lambda step, anchor: f"#{anchor}") -> list[StepView]:
-    """The steps `run` holds (a page of them: store/load.py `load_runs(steps=…)`) with their rows; `tool_calls`
+    """The steps `run` holds (a page of them: store/read/load.py `load_runs(steps=…)`) with their rows; `tool_calls`
     when the store has them outside `run.rows`. Reads link to the write they saw: `href(step, anchor)` gives
     the link, on this page or the page that shows it."""
     views = {s.step: StepView(s, round((s.ended_at - s.started_at) / 1e6, 3)) for s in run.steps}

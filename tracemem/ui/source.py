@@ -16,7 +16,7 @@ starting, so the viewer never keeps the file itself open between requests:
 Pages are served side by side (Starlette runs each in a worker thread), so one slow page never
 holds up the others: a request's own Store is its own, and on a shared snapshot copy the pages
 take turns on its connection (each within its time limit) while SQL typed in the console runs
-in the fenced instance beside it (store/user_sql.py), which serves each thread on a cursor of its
+in the fenced instance beside it (store/read/user_sql.py), which serves each thread on a cursor of its
 own. Every query a page runs has a time limit (ui/limits.py).
 """
 from __future__ import annotations
@@ -96,7 +96,7 @@ class Source:
     @contextmanager
     def reading(self, *, user_sql: bool = False) -> Iterator[Store]:
         """A read-only Store for one request, whose queries stop after `timeout`. `user_sql`: the request runs
-        only SQL typed by a person, fenced with its own time limit (store/user_sql.py), so it neither takes a
+        only SQL typed by a person, fenced with its own time limit (store/read/user_sql.py), so it neither takes a
         turn on a shared copy's connection nor sets a limit on it (which would stop the page whose turn it is)."""
         store, shared = self._acquire()
         with self.lock:

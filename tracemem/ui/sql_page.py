@@ -1,7 +1,7 @@
 """The SQL console: read-only SQL over the store, as a table (capped, paginated) or as CSV.
 
 Queries go through `store.sql` on the viewer's read-only store, which runs them fenced by the
-database: DuckDB in its locked-down instance (store/user_sql.py: files, network, ATTACH, SET,
+database: DuckDB in its locked-down instance (store/read/user_sql.py: files, network, ATTACH, SET,
 extensions and every change refused), PostgreSQL as the store's reader role in a READ ONLY
 transaction (store/pg/reader.py); the page shows a refusal in words. Each query stops at the
 viewer's time limit, and runs beside the other pages, never in their way (ui/source.py).
@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import TracememError
-from ..store.user_sql import QueryTimeout, ReadOnlySQLError, interrupted, refusal
+from ..store.read.user_sql import QueryTimeout, ReadOnlySQLError, interrupted, refusal
 from .web import check_post, render, source
 
 __all__ = ["CSV_ROWS", "EXAMPLES", "MAX_ROWS", "PAGE_ROWS", "ROUTES", "cell", "csv_cell", "fetch"]

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from ...errors import TracememError
 from ..write.rows import Batch
 from ..tables import ALL_TABLES, VIEWS
-from ..user_sql import DEFAULT_TIMEOUT, QueryTimeout, ReadOnlySQLError
+from ..read.user_sql import DEFAULT_TIMEOUT, QueryTimeout, ReadOnlySQLError
 from .connection import (PgConnection, PgCursor, PgError, bind, first_line, parse_target, quote_ident,
                          transient_failure, translate)
 from .copy import copy_arrow, insert_batch

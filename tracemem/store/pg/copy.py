@@ -8,7 +8,7 @@ writer inserts (`Batch.arrow`); only list columns (text[], real[], vector) are s
 PostgreSQL array literals first.
 
 Text is stored as on DuckDB: what a column cannot hold is escaped and noted on its run
-(store/storable.py). PostgreSQL cannot hold what DuckDB cannot (a lone surrogate), nor a NUL
+(store/write/storable.py). PostgreSQL cannot hold what DuckDB cannot (a lone surrogate), nor a NUL
 character (in text, or escaped inside JSON, where `->>` could not give it back): a batch
 holding one (found with one scan of the CSV for NUL, and of the JSON columns for `\\u0000`
 and surrogate escapes) is built again with every value made storable, NULs as `\\u0000`, each
@@ -32,7 +32,7 @@ import pyarrow.csv as pcsv
 from ...errors import TracememError
 from ..write.rows import CONTENT_KEYS, FINISH_SQL, JSON_COLUMNS, META_SQL, Batch, finish_params
 from ..diagnose import is_data_error
-from ..storable import Cleaner, storable_value
+from ..write.storable import Cleaner, storable_value
 from .connection import PgConnection, PgError, first_line, quote_ident
 
 __all__ = ["copy_table", "copy_arrow", "insert_batch", "array_literal", "vector_literal", "FEED_LOCK", "NotStorable",

@@ -22,7 +22,7 @@ import re
 from typing import Any, Callable, Optional
 
 from ...errors import TracememError
-from ..suspect import SUSPECT_VIEW_DDL
+from ..audit.suspect import SUSPECT_VIEW_DDL
 from ..tables import FORMAT, SCHEMA_VERSION
 from .connection import PgConnection, first_line, quote_ident
 from .reader import grant_reader

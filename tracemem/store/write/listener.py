@@ -25,8 +25,8 @@ from ...errors import StoreError, TracememError
 from ...flow.events import RunFailedEvent, RunFinished, RunPaused, RunStarted, StepFinished, StepStarted
 from ...run import Run
 from .journal import Entry, begin_entry, end_entry, part_entry, run_entry, step_entry
-from .rows import end_facts, run_row
-from .writer import Piece, Writer
+from .rows import Piece, end_facts, run_row
+from .writer import Writer
 
 __all__ = ["StoreListener", "Recent", "cost_of"]
 

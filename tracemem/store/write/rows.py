@@ -8,7 +8,7 @@ retention all read it from here. `duration_ms` of runs, steps and model_calls is
 derived when a batch is inserted, never carried in the rows: from the recorded
 ns timestamps (a model call: its measured latency).
 
-A value Arrow or DuckDB cannot hold (see store/storable.py) fails the fast path;
+A value Arrow or DuckDB cannot hold (see store/write/storable.py) fails the fast path;
 the batch is then built again with every value checked, and each change is noted
 on its run (`runs.notes`), in the same transaction as the rows themselves. With the
 rows goes what the journal may forget: the position a DuckDB file's journal reached
@@ -20,14 +20,15 @@ import json
 import os
 import socket
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 import pyarrow as pa
 
+from ...errors import TracememError
 from ...record import Decision, Read, Step, Write
 from ...run import Run
 from ..diagnose import is_data_error
-from ..storable import Cleaner
+from .storable import Cleaner
 
 NS = pa.timestamp("ns")
 S, I, F, J = pa.string(), pa.int32(), pa.float64(), pa.string()
@@ -164,6 +165,19 @@ def table_arrays(table: str, columns: Sequence[Sequence[Any]]) -> dict[str, pa.A
 COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
 
 
+class Piece(NamedTuple):
+    """What the writer puts into the tables for a run, at one time: its runs row (`row`: a new run's, a
+    "stage" run's as it began), records (`records`: steps, reads, writes, decisions, rows by table), and end
+    facts (`end`: completing a runs row written before). `position`: the journal's, once it is in."""
+
+    run: Run  # the live run (notes the writer adds reach it)
+    row: Optional[tuple]
+    records: tuple[Sequence[Any], Sequence[Any], Sequence[Any], Sequence[Any], Sequence[Any]]
+    end: Optional[dict[str, Any]]
+    position: Optional[int]
+    cost: int
+
+
 class Batch:
     """Rows waiting to be inserted: `rows` per table, and for the hot tables their records (with a run id column
     beside them), turned into columns once per batch; the runs rows to complete (`finished`); and what the
@@ -211,7 +225,7 @@ class Batch:
     def add_embeddings(self, rows: list[tuple]) -> None:
         self.rows["run_embeddings"].extend(rows)
 
-    def add(self, piece: "Piece", extra: bool = True, records: bool = True) -> None:
+    def add(self, piece: Piece, extra: bool = True, records: bool = True) -> None:
         """A piece of a run (store/write/writer.py): its runs row, records (`extra`: with their extra rows) and
         end facts."""
         run = piece.run
@@ -312,9 +326,6 @@ def insert_sql(table: str, name: str, columns: Sequence[str]) -> str:
     return (f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {name} b WHERE NOT EXISTS "
             f"(SELECT 1 FROM {table} t WHERE t.{key} = b.{key}) QUALIFY row_number() OVER (PARTITION BY b.{key}) = 1; ")
 
-
-if TYPE_CHECKING:
-    from .writer import Piece
 
 _EXECUTE = compile("con.execute(sql).fetchall()", "<tracemem: Arrow tables in scope>", "exec")
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ...errors import StoreError, TracememError
 from ...run import Run
 from ...text import clip
 from ..diagnose import first_line, storage_failure
-from ..snapshots import embedding_rows
-from .rows import META_SQL, Batch
+from ..read.snapshots import embedding_rows
+from .rows import META_SQL, Batch, Piece
 
 __all__ = ["Piece", "Writer", "MAX_COST", "MAX_LAG", "BATCH_COST", "PATIENCE"]
 
@@ -46,19 +46,6 @@ MAX_LAG = 0.25  # default bound, in seconds, of how long the oldest queued piece
 BATCH_COST = 32_000  # default bound of one batch (a single larger piece is still written whole)
 PATIENCE, FIRST_WAIT, LONGEST_WAIT = 5.0, 0.005, 0.5  # seconds of momentary failures; the waits between tries
 RETRY_INTERVAL = 1.0  # seconds between retries once the file could not be written
-
-
-class Piece(NamedTuple):
-    """What the writer puts into the tables for a run, at one time: its runs row (`row`: a new run's, a
-    "stage" run's as it began), records (`records`: steps, reads, writes, decisions, rows by table), and end
-    facts (`end`: completing a runs row written before). `position`: the journal's, once it is in."""
-
-    run: Run  # the live run (notes the writer adds reach it)
-    row: Optional[tuple]
-    records: tuple[Sequence[Any], Sequence[Any], Sequence[Any], Sequence[Any], Sequence[Any]]
-    end: Optional[dict[str, Any]]
-    position: Optional[int]
-    cost: int
 
 
 class StillFailing(StoreError):

@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import duckdb
 
-from ..errors import TracememError
+from ...errors import TracememError
 
 # set when the instance is created: what must never happen even before the lock
 CREATE_CONFIG = {"autoload_known_extensions": "false", "autoinstall_known_extensions": "false",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..scope.paths import root_of
+from ...scope.paths import root_of
 from .sources import Source, parse_source
 
 ALL = -1  # an entry that taints the whole run (its pipeline version is the source)

@@ -12,14 +12,14 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any, Iterable, Optional
 
-from ..dbmeta import first_row
-from ..errors import RunNotFoundError
-from ..record import EXTRA_TABLES, Decision, Read, Step, ThreadRun, Write
-from ..run import Run
-from ..scope.known import known_scopes
-from ..scope.schema import ScopeSchema
-from .write.rows import COLUMNS
-from ..fastjson import loads
+from ...dbmeta import first_row
+from ...errors import RunNotFoundError
+from ...record import EXTRA_TABLES, Decision, Read, Step, ThreadRun, Write
+from ...run import Run
+from ...scope.known import known_scopes
+from ...scope.schema import ScopeSchema
+from ..write.rows import COLUMNS
+from ...fastjson import loads
 
 # the runs of a thread recorded before runs.thread_id existed (schema < 6), newest first
 _CHAIN = """WITH RECURSIVE chain(run_id, continues, depth) AS (

@@ -1,7 +1,7 @@
 """tracemem's own fixed queries on a store's connection, beside the SQL people type.
 
 Why: `store.sql()` on a read-only store is user SQL, so it is fenced (DuckDB: a locked-down
-instance, store/user_sql.py; PostgreSQL: the store's reader role, refused on a superuser session,
+instance, store/read/user_sql.py; PostgreSQL: the store's reader role, refused on a superuser session,
 store/pg/reader.py). The CLI and the viewer also run SQL of their own: fixed text with parameters,
 written in this package. That runs here, on the connection tracemem reads with
 (`store.backend.con`), which a read-only Store opened read-only (DuckDB refuses any change on it;

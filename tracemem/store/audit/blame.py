@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Optional
 
-from ..errors import UsageError
-from ..times import utc_naive
-from ..trace.ranked import why
+from ...errors import UsageError
+from ...times import utc_naive
+from ...trace.ranked import why
 
 BASIS = ("statistical: Ochiai spectrum-based fault localisation over runs judged wrong vs right; "
          "co-occurrence, not cause — test a source with trace.counterfactual")

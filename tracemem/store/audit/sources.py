@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..dbmeta import first_row
-from ..errors import UsageError
+from ...dbmeta import first_row
+from ...errors import UsageError
 
 SourceKind = Literal["memory", "run", "section", "model", "stage", "tool", "pipeline"]
 KINDS: tuple[str, ...] = get_args(SourceKind)

@@ -15,8 +15,8 @@ import json
 from datetime import datetime
 from typing import Any, Optional
 
-from ..dbmeta import first_row
-from ..times import utc_naive
+from ...dbmeta import first_row
+from ...times import utc_naive
 
 _COLUMNS = ("r.run_id, r.pipeline, coalesce(r.kind, 'run') AS kind, r.status, r.error, r.degraded, r.started_at, "
             "r.ended_at, round(r.duration_ms, 3) AS duration_ms, r.subject, r.parent_run_id, r.pending, "

@@ -10,12 +10,12 @@ from __future__ import annotations
 import copy
 from typing import Any, NamedTuple, Optional
 
-from ..dbmeta import first_row
-from ..errors import RunNotFoundError, TracememError
-from ..scope.known import known_scopes
-from ..scope.replay import replay_thread
+from ...dbmeta import first_row
+from ...errors import RunNotFoundError, TracememError
+from ...scope.known import known_scopes
+from ...scope.replay import replay_thread
 from .load import thread
-from .retention import pruned_at
+from ..audit.retention import pruned_at
 
 
 class Known(NamedTuple):

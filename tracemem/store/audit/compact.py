@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..errors import TracememError
-from .opening import connect
+from ...errors import TracememError
+from ..opening import connect
 
 __all__ = ["compact"]
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import TracememError
-from ..run import Run
+from ...errors import TracememError
+from ...run import Run
 
 Follow = Callable[[str, str, int], tuple[int, list[tuple[str, str, Any]]]]
 

@@ -2,7 +2,7 @@
 
 Prune works in set-based statements (100k runs in well under a second): the
 candidates are chosen by one window query, their subflow children joined in, and
-the evidence they hold found by one join per citing table (store/citations.py).
+the evidence they hold found by one join per citing table (store/audit/citations.py).
 Only the protection closure — a kept run keeps what it cites, which keeps what
 that cites — runs in Python, over the citation edges into the candidates alone.
 """
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Callable, Optional
 
-from ..dbmeta import first_row
-from ..errors import UsageError
-from ..times import utc_naive, utc_now
+from ...dbmeta import first_row
+from ...errors import UsageError
+from ...times import utc_naive, utc_now
 from .citations import CITATIONS
 from .contents import sweep
-from .tables import ALL_TABLES, RUN_TABLES, VIEWS
+from ..tables import ALL_TABLES, RUN_TABLES, VIEWS
 
 
 IN_FLIGHT = "waiting (paused or interrupted: resume it, or prune with force=True)"
@@ -196,7 +196,7 @@ def remove_runs(con: Any, report: PruneReport, progress: Optional[Callable[[int,
             if progress:
                 progress(i + 1, len(order))
         report.rows = {t: report.rows[t] for t in RUN_TABLES}
-        if "message_chains" in _existing(con):  # content no remaining call names (store/contents.py)
+        if "message_chains" in _existing(con):  # content no remaining call names (store/audit/contents.py)
             report.rows.update(sweep(con, "run_id NOT IN (SELECT run_id FROM _prune_tree)", [], dry_run))
         if not dry_run:
             # a tombstone per removed run: a trace crossing into one, or a resume of one, says "pruned"

@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from functools import partial
 
-from ..surrogates import storable
-from ..text import clip
+from ...surrogates import storable
+from ...text import clip
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)

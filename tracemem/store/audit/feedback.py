@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Optional, get_args
 
-from ..dbmeta import first_row
-from ..errors import UsageError
-from ..ids import new_id
-from ..scope.paths import parse_path
-from ..times import utc_now
+from ...dbmeta import first_row
+from ...errors import UsageError
+from ...ids import new_id
+from ...scope.paths import parse_path
+from ...times import utc_now
 
 Verdict = Literal["wrong", "right", "score"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
