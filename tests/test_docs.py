@@ -1,4 +1,4 @@
-"""The README alone suffices to build the demo's agent (issue 18, item 9): every name, method, attribute and
+"""The README alone suffices to build the demo's agent: every name, method, attribute and
 keyword the demo takes from tracemem and stages appears in the README's code, and so do the things a
 newcomer went looking for (the env keys, trace.sources, trace.runs, source_ref, the projections)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Every SQL recipe the project shows runs against the demo's file: the README's SQL blocks, the commands
-the demo prints at its end, and examples/sql_recipes.py. Durations are stored columns (`duration_ms`),
-because DuckDB 2 cannot take `epoch_ms` of a TIMESTAMP_NS (issue 18, item 1)."""
+"""Every SQL recipe the project shows runs against the demo's file: the SQL blocks of the README and of
+docs/*.md, the commands the demo prints at its end, and examples/sql_recipes.py. Durations are stored
+columns (`duration_ms`), because DuckDB 2 cannot take `epoch_ms` of a TIMESTAMP_NS."""
 from __future__ import annotations
 
 import importlib.util
@@ -40,8 +40,9 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def readme_sql() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
+    """The SQL blocks of the README, then of each page in docs/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    blocks = [b for page in pages for b in re.findall(r"```sql\n(.*?)```", page.read_text(), flags=re.S)]
     return [s.query.strip() for block in blocks for s in duckdb.extract_statements(block)]
 
 
