@@ -36,7 +36,7 @@
    process-crash safe per stage; power-loss safe per stage), µs per stage and the
    fdatasync+fsync calls per run counted with strace, the machine's floors (write,
    json.dumps, sqlite NORMAL/FULL, fdatasync, DuckDB commit) from the same run, and
-   issue 20's goals printed met / not met.
+   the run journal's goals printed met / not met.
 Prints figures; asserts nothing.
 """
 from __future__ import annotations

@@ -72,8 +72,8 @@ TM_STAGE = "tracemem durability=stage"
 TM_STAGE_FSYNC = "tracemem durability=stage, fsync=True"
 TM_FI0_FSYNC = "tracemem flush_interval=0, fsync=True (+ power loss)"
 NO_FSYNC = "n/a (this tracemem has no fsync option)"
-FI0_LIMIT = 10  # issue 20: flush_interval=0, µs/stage
-EARLIER_RUN = (14, 18)  # issue 20: default "run" mode, µs/stage before the segment log
+FI0_LIMIT = 10  # the run journal's goal: flush_interval=0, µs/stage
+EARLIER_RUN = (14, 18)  # default "run" mode, µs/stage before the run journal
 FLOOR_WRITE = "200 B os.write, O_APPEND"
 FLOOR_JSON = "json.dumps of a step entry"
 FLOOR_NORMAL = "sqlite3 WAL INSERT+commit, synchronous=NORMAL"
@@ -81,7 +81,7 @@ FLOOR_FULL = "sqlite3 WAL INSERT+commit, synchronous=FULL"
 FLOOR_FSYNC = "200 B os.write + fdatasync (the fsync floor)"
 FLOOR_DUCK = "DuckDB INSERT+commit (file)"
 ISSUE_FLOORS = {FLOOR_WRITE: 1.1, FLOOR_JSON: 3.5, FLOOR_NORMAL: 12.0, FLOOR_FSYNC: 120.0, FLOOR_FULL: 204.0}
-"""The floors issue 20 gives for the machine its µs goals were set on: today's, beside them, tell how this one compares."""
+"""The floors of the machine the run journal's µs goals were set on: today's, beside them, tell how this one compares."""
 MARKER = "getppid"  # a syscall nothing else here makes: brackets each variant in the strace log
 
 
@@ -453,8 +453,8 @@ def report(specs: list[Spec], variants: dict[str, Variant], bench: Bench,
         print(f"  {label:<72} {value:>9,.2f} {min(vals):>10,.2f}–{max(vals):<10,.2f}")
     fsync_floor = floor.get(FLOOR_FSYNC)
     q = args.quick
-    print(goal(f"default durability=\"run\" no slower than before the segment log (issue 20: "
-               f"{EARLIER_RUN[0]}–{EARLIER_RUN[1]} µs/stage)", base, EARLIER_RUN[1], q))
+    print(goal(f"default durability=\"run\" no slower than before the run journal ("
+               f"{EARLIER_RUN[0]}–{EARLIER_RUN[1]} µs/stage then)", base, EARLIER_RUN[1], q))
     print(goal('durability="stage", process-crash safe ≤ 20 µs/stage', med.get(TM_STAGE), 20, q))
     print(goal(f"flush_interval=0 ≤ {FI0_LIMIT} µs/stage", med.get(TM_FI0), FI0_LIMIT, q))
     engine = med.get(TM_ENGINE)
@@ -470,7 +470,7 @@ def report(specs: list[Spec], variants: dict[str, Variant], bench: Bench,
     pace = [f"{label.split(' (')[0]} {floor[label]:,.2f} µs against {then:g} ({floor[label] / then:.1f}×)"
             for label, then in ISSUE_FLOORS.items() if floor.get(label)]
     if pace:
-        notes.append("this machine against the one issue 20 set its µs goals on (the floors the issue gives): "
+        notes.append("this machine against the one the run journal's µs goals were set on (that machine's floors): "
                      + "; ".join(pace) + ". The goals are judged as stated, not scaled by this")
     for label in (TM_FI0, TM_STAGE):
         if per_run.get(label, 0) >= 0.9:

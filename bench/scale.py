@@ -1,4 +1,4 @@
-"""Scale: long conversation threads and big stores (issue 21, items 1 and 2).
+"""Scale: long conversation threads and big stores.
 
     python bench/scale.py [--turns 1000] [--heap-turns 500,1000,2000,4000] [--runs 1000000]
                           [--prune-runs 100000] [--build-seconds 600] [--quick]

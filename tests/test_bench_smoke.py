@@ -85,6 +85,26 @@ def test_run_all_reads_the_durability_goals() -> None:
         ("fsync per stage ≤ 1.5× the fsync floor (163.2 µs)", "not measured (n/a (no fsync option))", "—")]
 
 
+def test_run_all_judges_locomo_recall_against_its_goal() -> None:
+    """R@10 ≥ 0.75 over all questions and ≥ 0.50 over the multi-hop ones, read from memory.py's lines."""
+    line = "  new default (BM25 ⊕ MiniLM ONNX + context 0.5)       @5 0.625  @10 {r10}  30.00 ms/query (p50 28.70)\n"
+    table = ("\nall\n\n| method | all @5 | all @10 | c1 multi-hop @5 / @10 | c2 temporal @5 / @10 |\n|---|---:|---:|---:|---:|\n"
+             "| new default (BM25 ⊕ MiniLM ONNX + context 0.5) | 0.625 | {r10} | 0.333 / {hop} | 0.682 / 0.742 |\n")
+
+    def judged(r10: str, hop: str) -> tuple[str, str, str, str]:
+        text = "LoCoMo evidence recall (10 conversations, 1536 questions, categories 1-4)\n" + line.format(r10=r10) + \
+            table.format(r10=r10, hop=hop)
+        results = {name: run_all.Result(name, status="ok") for name in run_all.SCRIPTS}
+        results["memory"].stdout = text
+        return next(r for r in run_all.goals(results, quick=False) if r[0].startswith("LoCoMo"))
+
+    goal = judged("0.719", "0.422")
+    assert goal[1] == "≥ 0.75 (multi-hop ≥ 0.50)" and goal[2].startswith("0.719, multi-hop 0.422")
+    assert goal[3].startswith("gap")
+    assert judged("0.760", "0.422")[3].startswith("gap (multi-hop)")
+    assert judged("0.760", "0.510")[3] == "met"
+
+
 def test_run_all_reads_a_snapshot_table() -> None:
     text = ("## load_snapshot lookup: exact top-1 over stored runs; goal ≤ 10 ms at 100k\n"
             "    runs  fill s  matrix load ms  p50 ms  p95 ms\n"
