@@ -80,7 +80,7 @@ FLOOR_NORMAL = "sqlite3 WAL INSERT+commit, synchronous=NORMAL"
 FLOOR_FULL = "sqlite3 WAL INSERT+commit, synchronous=FULL"
 FLOOR_FSYNC = "200 B os.write + fdatasync (the fsync floor)"
 FLOOR_DUCK = "DuckDB INSERT+commit (file)"
-ISSUE_FLOORS = {FLOOR_WRITE: 1.1, FLOOR_JSON: 3.5, FLOOR_NORMAL: 12.0, FLOOR_FSYNC: 120.0, FLOOR_FULL: 204.0}
+GOAL_FLOORS = {FLOOR_WRITE: 1.1, FLOOR_JSON: 3.5, FLOOR_NORMAL: 12.0, FLOOR_FSYNC: 120.0, FLOOR_FULL: 204.0}
 """The floors of the machine the run journal's µs goals were set on: today's, beside them, tell how this one compares."""
 MARKER = "getppid"  # a syscall nothing else here makes: brackets each variant in the strace log
 
@@ -468,7 +468,7 @@ def report(specs: list[Spec], variants: dict[str, Variant], bench: Bench,
         print(f"goal: fsync per stage ≤ 1.5× the fsync floor ({fsync_floor or 0:,.1f} µs): "
               f"not measured ({NO_FSYNC})")
     pace = [f"{label.split(' (')[0]} {floor[label]:,.2f} µs against {then:g} ({floor[label] / then:.1f}×)"
-            for label, then in ISSUE_FLOORS.items() if floor.get(label)]
+            for label, then in GOAL_FLOORS.items() if floor.get(label)]
     if pace:
         notes.append("this machine against the one the run journal's µs goals were set on (that machine's floors): "
                      + "; ".join(pace) + ". The goals are judged as stated, not scaled by this")

@@ -1,4 +1,4 @@
-"""`tracemem backtrack` reads cleanly on the demo's file (issue 18, items 7 and 10): each node printed once and
+"""`tracemem backtrack` reads cleanly on the demo's file: each node printed once and
 referred back by a short id, --focus / --max-lines / --depth, unknown kinds and fields refused, and under
 "extracted in" only the turn the memory came from."""
 from __future__ import annotations

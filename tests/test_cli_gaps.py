@@ -1,4 +1,4 @@
-"""The command line's gaps (issue 18, item 8): `show` prints calls, prompts and logs in full on request; one
+"""The command line's gaps: `show` prints calls, prompts and logs in full on request; one
 time format in every --json; `| head` exits quietly; `tracemem memory flag|forget|supersede` keeps the
 memory_events trail; `sql --write` warns when it changes memories; `graph` takes a factory and writes a
 picture; every option has help text. All against real store files and real subprocesses."""

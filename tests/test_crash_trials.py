@@ -308,7 +308,7 @@ def _trial(base: Path, mode: str, kwargs: dict, seed: int, tally: Tally) -> None
 def test_sigkill_at_random_points_keeps_every_promise_of_the_mode(tmp_path, mode):
     kwargs, base_seed = MODES[mode]
     if "fsync" in kwargs and "fsync" not in inspect.signature(Store.__init__).parameters:
-        pytest.skip("Store(path, fsync=True) does not exist yet (issue 20): this mode runs once it does")
+        pytest.skip("Store(path, fsync=True) does not exist in this checkout: this mode runs once it does")
     tally = Tally()
     started = time.monotonic()
     for trial in range(TRIALS):

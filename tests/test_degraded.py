@@ -1,5 +1,5 @@
 """`ctx.degrade(reason)`: a run that ends ok but did less than it should says so beyond the step log, in
-`runs.degraded`, `store.runs()`, `tracemem runs` and `tracemem show` (issue 18, item 4)."""
+`runs.degraded`, `store.runs()`, `tracemem runs` and `tracemem show`."""
 from __future__ import annotations
 
 import io

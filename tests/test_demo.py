@@ -1,4 +1,4 @@
-"""The demo says exactly what load_snapshot did (issue 18, item 3)."""
+"""The demo says exactly what load_snapshot did."""
 from __future__ import annotations
 
 import io

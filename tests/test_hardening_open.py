@@ -1,4 +1,4 @@
-"""Issue 17, opening a file: crash recovery that survives PID reuse, and errors that say what happened
+"""Opening a file: crash recovery that survives PID reuse, and errors that say what happened
 (a corrupt file, a path containing "lock", an unreadable journal entry or schema version)."""
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_the_lease_of_the_opening_that_wrote_a_run_is_recorded(tmp_path):
         assert lease and lease != store.lease and status == "interrupted"
 
 
-# -- item 9: errors that say what happened ------------------------------------------------------------
+# -- errors that say what happened -------------------------------------------------------------------
 
 
 def test_a_checksum_corrupt_file_is_reported_as_corrupt_never_as_locked(tmp_path):

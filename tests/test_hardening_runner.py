@@ -1,4 +1,4 @@
-"""Issue 17, the runner: known secrets never stored or exported, error text without content in
+"""The runner: known secrets never stored or exported, error text without content in
 OpenTelemetry, per-stage timeouts, and values too deep or circular named with their field and limit."""
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def test_a_low_entropy_secret_cannot_be_recovered_from_the_file_alone(tmp_path, 
         assert _guess(derived, first) == ["4821"], label  # the file and the key: what the key protects
 
 
-# -- item 8: a per-stage timeout ------------------------------------------------------------------------
+# -- a per-stage timeout --------------------------------------------------------------------------------
 
 
 class Slow(BaseModel):
@@ -253,7 +253,7 @@ def test_a_stage_within_its_timeout_runs_as_usual_and_raises_stage_timeout_when_
             Pipeline("bad", Slow).then(lambda s: None, id="x", timeout=bad)
 
 
-# -- item 10: values the record cannot hold, named ----------------------------------------------------------
+# -- values the record cannot hold, named -------------------------------------------------------------------
 
 
 class Anything(BaseModel):

@@ -1,4 +1,4 @@
-"""Issue 17, the writer: unwritable values never poison it, the queue is bounded, SIGTERM flushes,
+"""The writer: unwritable values never poison it, the queue is bounded, SIGTERM flushes,
 disk full stops the store loudly, and one file has one writing Store per process.
 
 Crash and abort cases run in subprocesses with timeouts (a wedged writer used to spin and end
@@ -34,7 +34,7 @@ def _child(tmp_path, body: str, *args: str, timeout: float = 60) -> subprocess.C
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout)
 
 
-# -- item 2: one unwritable string poisons nothing -------------------------------------------------
+# -- one unwritable string poisons nothing ---------------------------------------------------------
 
 SURROGATES = """
 import json
@@ -207,7 +207,7 @@ def test_a_run_whose_rows_cannot_be_written_at_all_is_isolated_and_says_why(tmp_
         assert loaded.state_at().n == 1 and "no text for you" in loaded.notes[0]
 
 
-# -- item 5: the bounded queue, and SIGTERM ------------------------------------------------------------
+# -- the bounded queue, and SIGTERM --------------------------------------------------------------------
 
 
 class Five(BaseModel):
@@ -421,7 +421,7 @@ def test_sigterm_loses_no_returned_run_and_tracemem_leaves_the_signal_alone(tmp_
         assert store.sql("SELECT count(*) FROM runs WHERE status = 'ok'").fetchall() == [(50,)]
 
 
-# -- item 9: disk full stops the store, loudly ---------------------------------------------------------
+# -- disk full stops the store, loudly -----------------------------------------------------------------
 
 DISK_FULL = """
 from pydantic import BaseModel
@@ -481,7 +481,7 @@ def test_disk_full_stops_accepting_runs_loudly_naming_enospc(small_disk, tmp_pat
     assert "ENOSPC" in done.stderr or durability == "stage"  # at exit: the runs still queued are named
 
 
-# -- item 6: one writing Store per file per process --------------------------------------------------
+# -- one writing Store per file per process ----------------------------------------------------------
 
 
 def test_a_forgotten_and_purged_memory_is_never_recalled_through_another_store(tmp_path):

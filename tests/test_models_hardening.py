@@ -1,4 +1,4 @@
-"""The adapter under a hostile or broken server (issue 17 item 8), against real local HTTP servers."""
+"""The adapter under a hostile or broken server, against real local HTTP servers."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """A fleet on one PostgreSQL store: worker processes recording at once, memory shared between them,
 threads continuing across workers, and a worker killed mid-run (tests/pg_fleet_worker.py is the worker).
 
-The full fleet of the issue (4 workers × 250 runs, durability "stage") is marked slow; a small one
+The full fleet (4 workers × 250 runs, durability "stage") is marked slow; a small one
 (2 workers × 24 runs) runs in the default suite. Each also SIGKILLs a further worker mid-run and
 checks that its finished stages are kept and its run is marked interrupted (how soon after the kill is
 reported, not asserted: a loaded machine is slow to notice; bench/postgres.py times the fleet's latencies).

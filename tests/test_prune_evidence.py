@@ -1,4 +1,4 @@
-"""Prune keeps the evidence kept runs depend on (issue 17 item 3, issue 15 item 6).
+"""Prune keeps the evidence kept runs depend on.
 
 - every earlier turn of a thread whose later turns it keeps, so the last turn still loads and
   backtracking names the turn a value came from;

@@ -1,4 +1,4 @@
-"""Long threads and big stores (issue 21): the same answers, computed cheaply.
+"""Long threads and big stores: the same answers, computed cheaply.
 
 - a thread is found by `runs.thread_id` (and walked for runs recorded before it existed);
 - runs load several at a time (`store.runs_by_id`), and a backtrack through a thread reads its turns

@@ -281,7 +281,7 @@ def test_a_failed_past_run_is_passed_over(store, embedder):
     assert run.output.snapshot == "" and uses(only_failed, run) == []
 
 
-# -- the query load_snapshot needs (issue 18, item 2) -------------------------------------------------------
+# -- the query load_snapshot needs -------------------------------------------------------------------------
 
 class Plain(BaseModel):
     task: str = ""

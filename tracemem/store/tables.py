@@ -18,7 +18,7 @@ from .audit.suspect import SUSPECT_VIEW_DDL
 SCHEMA_VERSION = 12
 FORMAT = "tracemem"
 
-# Version 1: the run record (issue 3's first cut).
+# Version 1: the run record (its first cut).
 V1_DDL: list[str] = [
     """CREATE TABLE runs (
         run_id VARCHAR, pipeline VARCHAR, pipeline_hash VARCHAR, status VARCHAR, error VARCHAR,
@@ -85,7 +85,7 @@ V4_MIGRATION: list[str] = [
 # Version 5: judgements on recorded values, and the runs they (or flagged memories) make suspect.
 V5_MIGRATION: list[str] = [FEEDBACK_DDL, SUSPECT_VIEW_DDL]
 
-# Version 6: pause, resume, fork and replay (issue 14). A paused run holds its question in `pending` and
+# Version 6: pause, resume, fork and replay. A paused run holds its question in `pending` and
 # where it continues in `resume_at`; a fork names the run and step it started from; a human's answers are
 # rows of their own; each model call keeps the hash of its exact request and whether it was replayed.
 V6_MIGRATION: list[str] = [
@@ -104,7 +104,7 @@ V6_MIGRATION: list[str] = [
 # Version 7: a counterfactual run says what it tests (the source it leaves out, the run and value it re-asks).
 V7_MIGRATION: list[str] = ["ALTER TABLE runs ADD COLUMN counterfactual JSON"]
 
-# Version 8: tool calls (issue 13). A model call keeps the tool calls its reply asked for; each tool call a
+# Version 8: tool calls. A model call keeps the tool calls its reply asked for; each tool call a
 # tool agent ran is a row of its own (its step is the tool step), with its outcome and timing.
 V8_MIGRATION: list[str] = [
     "ALTER TABLE model_calls ADD COLUMN tool_calls JSON",
@@ -118,7 +118,7 @@ RUN_TABLES = ("runs", "steps", "writes", "reads", "decisions", "model_calls", "p
               "memory_uses", "snapshot_uses", "run_embeddings", "step_journal", "subflows", "feedback",
               "human_inputs", "tool_calls", "effects")
 
-# Version 9 (issue 21, big stores and long threads):
+# Version 9 (big stores and long threads):
 # - runs.thread_id: the first run of the conversation thread a run continues (NULL for a run that continues
 #   none), so a thread is one indexed lookup instead of a recursive walk over `runs` (runs recorded before
 #   keep NULL: their threads are still walked, see store/read/load.py `chain_of`);
