@@ -19,7 +19,8 @@ demo: install
 	$(VENV)/bin/tracemem demo --db demo.duckdb --fresh
 
 # Two pytest workers (pytest-xdist): the suite spends much of its time starting subprocesses and waiting on
-# them, so on two cores it finishes in about two thirds of the time one process takes (254 s against 383 s here).
+# them, so two workers finish sooner than one on two cores (254 s against 383 s when last compared). Measured on
+# 2026-12-04 with the 2 cores shared (load average 13 to 32 during the run): 605 s, about 10 minutes.
 test: install
 	$(PY) -m pytest -n 2
 
