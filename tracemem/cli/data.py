@@ -16,7 +16,7 @@ from .render import Progress, table, to_json
 
 
 def setup_sql(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", help="SQL over the store's tables (see the README's SQL reference)")
+    p.add_argument("query", help="SQL over the store's tables (docs/sql.md lists them and their columns)")
     p.add_argument("--write", action="store_true",
                    help="allow changes and full SQL (default: read-only); warns when the memories table changes, "
                         "since such a change leaves no memory_events trail")
