@@ -19,7 +19,8 @@ from typing import Any, Optional
 import networkx as nx
 
 from ..text import clip
-from .trace import Trace, describe
+from .node_text import describe
+from .trace import Trace
 
 __all__ = ["Cause", "Found", "find_causes", "landmarks", "path_to"]
 

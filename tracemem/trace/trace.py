@@ -10,11 +10,11 @@ Edges point from a value to what it depended on:
   snapshots — followed into those runs' own records.
 
 `walk.backtrack` builds it; this module renders it: `explain()` for people,
-`to_json()` and `to_mermaid()` for tools, and `influence()` (correlational).
+`to_json()` and `to_mermaid()` for tools, and `influence()` (correlational). Each node
+reads as the one line `node_text.describe` gives it.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Optional
 
@@ -23,17 +23,15 @@ import networkx as nx
 from ..errors import UsageError
 from ..record import RunRecord, Step
 from ..text import clip
+from .node_text import describe
 
 
-__all__ = ["KINDS", "Trace", "describe", "describe_decision"]
+__all__ = ["KINDS", "Trace"]
 
 KINDS = ("write", "input", "decision", "step", "model_call", "tool_call", "prompt_section", "memory", "run",
          "human_input")
 _ARROWS = {"control": "⇐ ", "provenance": "↞ "}
 _EDGE_ORDER = {"source": 0, "provenance": 1, "subflow": 2, "data": 3, "compose": 4, "control": 5}
-_SECTION_LABELS = {"memory": "[Memory]", "user": "[User]", "context": "[Context]", "directions": "[Directions]",
-                   "instructions": "instructions", "base": "base rules", "memory_intro": "[Memory] intro",
-                   "hook": "host hook"}
 
 
 class Trace:
@@ -262,94 +260,3 @@ class Trace:
             lines.append(f"    {ids[b]} {style}|{d.get('kind')}| {ids[a]}")
         return "\n".join(lines)
 
-
-def _value(text: Any, limit: int = 60) -> str:
-    return clip(text if isinstance(text, str) else json.dumps(text, default=str), limit)
-
-
-def describe_decision(stage: str, chosen: str, evidence: Any, values: bool = False) -> str:
-    """"<stage> chose '<branch>' because '<rule>'" — the rule that matched, when `decide()` recorded one;
-    with `values`, also the scope values that rule read (every rule's, when the default was taken):
-    "... because 'asks about a refund' (read question = 'Can I get a refund…')"."""
-    rules = evidence.get("rules", []) if isinstance(evidence, dict) else []
-    matched = [r for r in rules if r.get("matched")]
-    why = f" because '{matched[0]['rule']}'" if matched else ""
-    if values and rules and not matched:
-        why = " by default (no rule matched)"
-    text = f"{stage} chose '{chosen}'{why}"
-    if values:
-        read: dict[str, Any] = {}
-        for rule in matched[:1] or rules:
-            read.update(rule.get("read") or {})
-        if read:
-            text += " (read " + ", ".join(f"{path} = {_value(v, 48)!r}" if isinstance(v, str) else
-                                          f"{path} = {_value(v, 48)}" for path, v in read.items()) + ")"
-    return text
-
-
-def describe(d: dict[str, Any]) -> str:
-    """One line for a trace node, as `explain()` prints it."""
-    kind = d.get("kind")
-    if kind == "write":
-        verb = {"set": "=", "append": "+=", "delete": "deleted"}.get(d["verb"], d["verb"])
-        value = "" if d["verb"] == "delete" else " " + _value(json.loads(d["value"]) if d["value"] else None)
-        if d.get("edit"):
-            return f"{d['path']} {verb}{value}  (edit, run {d['run_id'][:8]} step {d['step']}: {d['edit']})"
-        return f"{d['path']} {verb}{value}  (run {d['run_id'][:8]} step {d['step']}, {d['stage']})"
-    if kind == "input":
-        value = d.get("value")
-        shown = f" = {_value(value)}" if value not in (None, "", [], {}) else ""
-        return f"{d['path']}{shown}: run input (run {d['run_id'][:8]})"
-    if kind == "decision":
-        return (f"decider {describe_decision(d['stage'], d['chosen'], d.get('evidence'))} "
-                f"(run {d['run_id'][:8]} step {d['step']})")
-    if kind == "step" and (d.get("source_ref") or d.get("extracted")):
-        turn = f", turn {d['source_ref']}" if d.get("source_ref") else ""
-        return f"extracted in run {d['run_id'][:8]}, step {d['step']} ({d['stage']}){turn}"
-    if kind == "step":
-        return f"step {d['step']} {d['stage']} (run {d['run_id'][:8]})"
-    if kind == "model_call":
-        if d.get("error"):
-            return f"model call {d['model']} failed: {d['error']}"
-        prompt = f" (prompt {d['prompt_id']})" if d.get("prompt_id") else ""
-        calls = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
-        if calls:
-            asked = ", ".join(f"{c.get('name')}({_value(c.get('arguments') or '', 40)})" for c in calls[:4])
-            more = f" and {len(calls) - 4} more" if len(calls) > 4 else ""
-            said = f" and said {_value(d['response'], 30)!r}" if d.get("response") else ""
-            return f"model call {d['model']} asked for {asked}{more}{said}{prompt}"
-        return f"model call {d['model']} replied {_value(d.get('response') or '', 50)!r}{prompt}"
-    if kind == "tool_call":
-        where = f"(run {d['run_id'][:8]} step {d['step']}"
-        took = f", {d['duration_ms']:.2f} ms)" if isinstance(d.get("duration_ms"), (int, float)) else ")"
-        call = f"tool call {d['name']}({_value(d.get('arguments_text') or '', 50)})"
-        if d.get("error"):
-            return f"{call} failed ({d.get('error_kind') or 'error'}): {_value(d['error'], 80)}  {where}{took}"
-        cut = ", truncated" if d.get("truncated") else ""
-        return f"{call} returned {_value(d.get('result') or '', 50)!r}  {where}{took[:-1]}{cut})"
-    if kind == "prompt_section":
-        label = _SECTION_LABELS.get(d["section"], d["section"])
-        line = f" line {d['line']}" if d["section"] == "memory" else ""
-        return f"prompt {d['prompt_id']} section {label}{line}: {_value(d['text'], 60)}"
-    if kind == "memory":
-        if d.get("missing"):
-            return f"memory {d['memory_id']} ({d['missing']})"
-        flag = f", superseded by {d['superseded_by']}" if d.get("superseded_by") else ""
-        since = " — flagged since: this value rests on a flagged source" if d.get("forgotten") or \
-            d.get("review_state") in ("stale", "contradicted") else ""
-        state = "forgotten" if d.get("forgotten") else d["review_state"]
-        return (f"memory {d['memory_id']} {_value(d['text'], 60)!r} (confidence {d['confidence']:g}, "
-                f"{state}{flag}){since}")
-    if kind == "human_input":
-        who = f" by {d['by']}" if d.get("by") else ""
-        asked = f" (asked at step {d['asked_step']}: {_value(d.get('asked'), 50)})" if d.get("asked_step") else \
-            f" (asked: {_value(d.get('asked'), 50)})"
-        return f"human input{who}: {_value(d.get('answer'))}{asked}"
-    if kind == "run":
-        if d.get("via") == "load_snapshot":
-            suspect = f" — suspect since: {d['suspect']}" if d.get("suspect") else ""
-            gone = f"; {d['missing']}" if d.get("missing") else ""
-            return (f"past run {d['run_id'][:8]} loaded as a snapshot (score {d['score']:.2f}, "
-                    f"{d['projection']}{gone}){suspect}")
-        return f"run {d['run_id'][:8]}" + (f" ({d['missing']})" if d.get("missing") else "")
-    return d.get("label") or f"{kind} {d}"
