@@ -43,12 +43,10 @@ FACADES = {"tracemem/store/store.py:Store", "tracemem/memory/api.py:Memory", "tr
 NOT_YET = {
     # functions (lines)
     "tracemem/memory/search.py:rank_shard": 75,
-    "tracemem/trace/trace.py:describe": 66,
     # classes (methods)
     "tracemem/store/pg/backend.py:PgBackend": 21,
     "tracemem/flow/context.py:StageContext": 21,
     "tracemem/store/duck.py:DuckBackend": 20,
-    "tracemem/trace/walk.py:Walker": 19,
     "tracemem/memory/lexical.py:LexicalIndex": 19,
     "tracemem/memory/bounded.py:QueryScores": 18,
     "tracemem/store/pg/memory_sql.py:PgMemorySQL": 17,

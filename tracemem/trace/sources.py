@@ -19,8 +19,9 @@ from typing import Any, Iterable, Optional, Protocol
 import networkx as nx
 
 from ..memory.errors import MemoryNotFoundError
-from ..record import Read, RunLoader, RunRecord
+from ..record import Read
 from .index import RunIndex
+from .walked_runs import WalkedRuns
 
 
 class Walker(Protocol):
@@ -28,17 +29,12 @@ class Walker(Protocol):
     without importing it back)."""
 
     g: nx.DiGraph
-    cross_runs: bool
+    runs: WalkedRuns  # the runs the walk enters, and the store it reads the others from
     provenance: str  # under a memory: "turn" (the user's words and the extractor's reply) or "step" (all it read)
-    store: Optional[RunLoader]
-
-    def index(self, run_id: str, live: Optional[RunRecord] = None) -> Optional[RunIndex]: ...
 
     def add(self, node: str, depth: int, idx: Optional[RunIndex], item: Any, **attrs: Any) -> bool: ...
 
     def link(self, parent: str, child: str, kind: str) -> None: ...
-
-    def gone(self, run_id: str) -> str: ...
 
     def pruned_run(self, run_id: str, depth: int, via: str) -> str: ...
 
@@ -85,7 +81,7 @@ def step_sources(w: "Walker", idx: RunIndex, step: int, node: str, depth: int, t
         if use["outcome"] == "injected":
             memory_node(w, node, use["memory_id"], depth, "source")
     uses = idx.rows("snapshot_uses", step)
-    suspect = w.store.suspect([u["source_run_id"] for u in uses]) if uses and w.store is not None else {}
+    suspect = w.runs.store.suspect([u["source_run_id"] for u in uses]) if uses and w.runs.store is not None else {}
     for use in uses:
         child = f"run:{use['source_run_id']}"
         if w.add(child, depth + 1, idx, (_expand_past_run, use["source_run_id"]), kind="run",
@@ -123,9 +119,9 @@ def memory_node(w: "Walker", parent: str, memory_id: str, depth: int, kind: str)
     child = f"m:{memory_id}"
     attrs: dict[str, Any] = {"kind": "memory", "memory_id": memory_id}
     record = None
-    if w.store is not None:
+    if w.runs.store is not None:
         try:
-            record = w.store.memory.get(memory_id)
+            record = w.runs.store.memory.get(memory_id)
         except MemoryNotFoundError:
             record = None
     if record is not None:
@@ -142,8 +138,8 @@ def memory_node(w: "Walker", parent: str, memory_id: str, depth: int, kind: str)
 def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], record: Any) -> None:
     if not record.source_run_id:
         return
-    origin = w.index(record.source_run_id)
-    if origin is None and not w.cross_runs:
+    origin = w.runs.index(record.source_run_id)
+    if origin is None and not w.runs.cross_runs:
         return  # backtrack(..., cross_runs=False): the memory's source_run_id says where, the walk stops here
     if origin is None:
         w.link(node, w.pruned_run(record.source_run_id, depth + 1, "provenance"), "provenance")
@@ -157,11 +153,11 @@ def _expand_memory(w: "Walker", node: str, depth: int, idx: Optional[RunIndex], 
 
 
 def _expand_past_run(w: "Walker", node: str, depth: int, idx: RunIndex, run_id: str) -> None:
-    past = w.index(run_id)
-    if past is None and not w.cross_runs:
+    past = w.runs.index(run_id)
+    if past is None and not w.runs.cross_runs:
         return
     if past is None:
-        w.g.nodes[node]["missing"] = w.gone(run_id)
+        w.g.nodes[node]["missing"] = w.runs.gone(run_id)
         return
     for d in past.run.decisions:
         child = f"d:{run_id}:{d.step}"

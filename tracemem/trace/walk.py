@@ -2,12 +2,12 @@
 
 The walker turns reads, writes and decisions into the nodes and edges of a
 trace, and asks `sources` for what lies beyond the scope (model calls, prompt
-sections, memories, past runs). Other runs are read through the loader the run
-was recorded with (`run.store`): a thread once per walk, a run once per walk, and
-the turns of a thread in windows (the turn the walk reached and the older ones
-next to it, where it goes next), one query for each window. A fork (`flow.fork`)
-started from another run's state: what it read from that state is traced into the
-original run, to the write that set it before the fork point.
+sections, memories, past runs). The runs it enters, other runs read through the
+loader the run was recorded with (`run.store`), come from `WalkedRuns`
+(walked_runs.py); a list element's write is found by `element_write`
+(list_elements.py). A fork (`flow.fork`) started from another run's state: what it
+read from that state is traced into the original run, to the write that set it
+before the fork point.
 """
 from __future__ import annotations
 
@@ -16,19 +16,17 @@ from collections import deque
 from typing import Any, Iterable, Optional
 
 from ..errors import PathError, UsageError
-from ..record import Read, RunRecord, ThreadRun, Write
+from ..record import Read, RunRecord, Write
 from ..scope.paths import parse_path, root_of
 from . import sources
 from .index import RunIndex
+from .list_elements import element_write
 from .trace import Trace
-
-
-
-WINDOW = 64  # turns of a thread read from the store at a time
+from .walked_runs import WalkedRuns
 
 
 class Walker:
-    """Breadth-first walk adding nodes and edges, across runs when a store is at hand."""
+    """Breadth-first walk adding nodes and edges, across runs when a store is at hand (`runs`)."""
 
     def __init__(self, trace: "Trace", max_depth: int, max_nodes: int, cross_runs: bool,
                  index: Optional[Any] = None) -> None:
@@ -36,55 +34,15 @@ class Walker:
         self.g = trace.graph
         self.max_depth = max_depth
         self.max_nodes = max_nodes
-        self.cross_runs = cross_runs
         self.queue: deque[tuple[str, int, RunIndex, Any]] = deque()
-        self.indexes: dict[str, RunIndex] = {trace.run_id: index if index is not None else RunIndex(trace.run)}
-        self.store = trace.run.store
+        self.runs = WalkedRuns(index if index is not None else RunIndex(trace.run), trace.run.store, cross_runs)
         self.element_root: Optional[str] = None  # the traced list element's write: no compose edge needed
-        self.threads: dict[str, tuple[list[ThreadRun], int]] = {}  # run id → (its thread, its position)
-        self.by_root: dict[tuple[int, str], list[ThreadRun]] = {}  # (id of a thread, field) → its writes there
-        self.loaded: dict[str, "RunRecord"] = {}  # runs read from the store, not yet indexed
-        self.absent: set[str] = set()  # runs asked for and not in the store
         self.provenance = "turn"  # under a memory: "turn" (the user's words, the extractor's reply) or "step"
-
-    def index(self, run_id: str, live: Optional["RunRecord"] = None) -> Optional[RunIndex]:
-        if run_id not in self.indexes and live is not None:
-            self.indexes[run_id] = RunIndex(live)
-        if run_id not in self.indexes:
-            if self.store is None or not self.cross_runs or run_id in self.absent:
-                return None
-            if run_id not in self.loaded:
-                self.load(run_id)
-            run = self.loaded.pop(run_id, None)
-            if run is None:  # not in the store (pruned, or recorded elsewhere)
-                self.absent.add(run_id)
-                return None
-            self.indexes[run_id] = RunIndex(run)
-        return self.indexes[run_id]
-
-    def load(self, run_id: str) -> None:
-        """Read a run from the store with, when it is a turn of a thread the walk knows, the older turns
-        next to it that are not at hand yet (a walk back through a thread reaches them next)."""
-        wanted = [run_id]
-        known = self.threads.get(run_id)
-        if known is not None:
-            full, position = known
-            wanted += [t.run_id for t in reversed(full[max(0, position - WINDOW + 1):position])
-                       if t.run is None and t.run_id not in self.indexes and t.run_id not in self.loaded]
-        assert self.store is not None
-        self.loaded.update(self.store.runs_by_id(wanted))
-
-    def gone(self, run_id: str) -> str:
-        """What a trace says of a run it cannot enter."""
-        when = self.store.pruned_at(run_id) if self.store is not None else None
-        if when is not None:
-            return f"pruned on {when:%Y-%m-%d %H:%M:%S} (prune(force=True) removed it as evidence)"
-        return "run not in the store (recorded elsewhere, or pruned before tracemem kept tombstones)"
 
     def pruned_run(self, run_id: str, depth: int, via: str) -> str:
         """A node for a run the walk cannot enter: it says why."""
         node = f"run:{run_id}"
-        self.add(node, depth, None, None, kind="run", run_id=run_id, via=via, missing=self.gone(run_id))
+        self.add(node, depth, None, None, kind="run", run_id=run_id, via=via, missing=self.runs.gone(run_id))
         return node
 
     def add(self, node: str, depth: int, idx: Optional[RunIndex], item: Any, **attrs: Any) -> bool:
@@ -123,7 +81,7 @@ class Walker:
         field = root_of(path)
         while True:  # a fork's starting state: set in the original run before the fork point (a loop: forks of forks)
             forked = idx.run.forked_from_run_id
-            source = self.index(forked) if forked else None
+            source = self.runs.index(forked) if forked else None
             if source is None:
                 break
             before = source.last_upto(field, idx.run.forked_from_step or 0)
@@ -132,63 +90,17 @@ class Walker:
             idx = source
         if not idx.run.continues or field in idx.given:
             return self.input_node(idx, path, depth)
-        thread = self.thread(idx, field)
+        thread = self.runs.thread(idx, field)
         for run_id, inputs, first, writes, live in reversed(thread[:-1]):
-            owner = self.index(run_id, live)
+            owner = self.runs.index(run_id, live)
             if writes and owner is not None:
                 return self.write_node(owner, writes[-1], depth)
             if first or field in inputs:
                 return self.input_node(owner or idx, path, depth)
-        gone = self.continued_gone(thread)
+        gone = self.runs.continued_gone(thread)
         if gone is not None:  # the thread's earlier turns are not in the store: say so, never guess
             return self.pruned_run(gone, depth, "thread")
         return self.input_node(idx, path, depth)
-
-    def continued_gone(self, thread: list[ThreadRun]) -> Optional[str]:
-        """The run a thread's oldest run here continues, when that run is not in the store."""
-        if not thread or thread[0].first:
-            return None
-        owner = self.index(thread[0].run_id, thread[0].run)
-        return owner.run.continues if owner is not None else None
-
-    def thread(self, idx: RunIndex, root: str) -> list[ThreadRun]:
-        """The runs of the thread `idx` ends, oldest first, with their writes touching `root`. The thread
-        is read once per walk (from live runs where at hand, the store for the rest) and shared by every
-        run of it the walk reaches."""
-        known = self.threads.get(idx.run.run_id)
-        if known is None:
-            full = idx.run.thread(load=self.cross_runs and self.store is not None)
-            for i, t in enumerate(full):
-                self.threads.setdefault(t.run_id, (full, i))
-            known = self.threads[idx.run.run_id]
-        full, position = known
-        key = (id(full), root)
-        filtered = self.by_root.get(key)
-        if filtered is None:
-            own = idx.own_writes(root)
-            filtered = self.by_root[key] = [
-                t._replace(writes=own if own is not None and t.run_id == idx.run.run_id
-                           else [w for w in t.writes if root_of(w.path) == root]) for t in full]
-        return filtered[:position + 1]
-
-    def element_write(self, idx: RunIndex, root: str, index: int,
-                      upto: Optional[int] = None) -> Optional[tuple[RunIndex, Optional[Write]]]:
-        """Which write produced element `index` of list field `root` (following appends, item sets and
-        deletes in order, back through the thread, and from a fork into its original): (its run, the
-        write, or None when the element came from a run's input); None when `root` is not a list or
-        `index` is out of range. `upto`: as the list stood after that step of `idx`'s run."""
-        fallback: Optional[tuple[RunIndex, Optional[Write]]] = None  # the fork whose input held it, if no further
-        while True:  # into a fork's original, and its original's (a loop: a chain of forks has no depth limit)
-            found = producer(self, idx, root, index, upto)
-            if found is None:
-                return fallback
-            owner, produced, position = found
-            forked = owner.run.forked_from_run_id if owner is not None and produced is None else None
-            source = self.index(forked) if forked else None
-            if owner is None or source is None:
-                return (owner, produced) if owner is not None else fallback
-            fallback = (owner, None)  # in the fork's starting state: from the original
-            idx, index, upto = source, position, owner.run.forked_from_step or 0
 
     def input_node(self, idx: RunIndex, path: str, depth: int) -> str:
         node = f"in:{idx.run.run_id}:{path}"
@@ -234,7 +146,7 @@ class Walker:
         step = idx.steps[w.step]
         child_id = step.child_run_id
         child_run = next((c for c in idx.run.children if c.run_id == child_id), None)
-        child = self.index(child_id, child_run)  # type: ignore[arg-type]
+        child = self.runs.index(child_id, child_run)  # type: ignore[arg-type]
         link = next(iter(idx.rows("subflows", w.step)), None)
         outputs = json.loads(link["outputs"]) if link and link.get("outputs") else {}
         source_field = outputs.get(root_of(w.path))
@@ -283,39 +195,6 @@ class Walker:
             self.expand(node, depth, idx, item)
 
 
-def producer(walker: Walker, idx: RunIndex, root: str, index: int,
-             upto: Optional[int]) -> Optional[tuple[Optional[RunIndex], Optional[Write], int]]:
-    """Element `index` of list `root` in `idx`'s thread: (its run, the write or None for an input, its
-    position in that input); None when `root` is not a list or `index` is out of range."""
-    producers: list[tuple[str, Any, Optional[Write], int]] = []  # (run id, live run, write or None =
-    # input, position in that input)
-    for run_id, inputs, first, writes, live in walker.thread(idx, root):
-        if upto is not None and run_id == idx.run.run_id:
-            writes = [w for w in writes if w.step <= upto]
-        if first or root in inputs:
-            value = inputs.get(root)
-            if not isinstance(value, list):
-                return None
-            producers = [(run_id, live, None, i) for i in range(len(value))]
-        for w in writes:
-            path = parse_path(w.path)
-            if len(path) == 1:
-                if w.verb == "append":
-                    producers.append((run_id, live, w, -1))
-                else:
-                    value = json.loads(w.value) if w.value else []
-                    producers = [(run_id, live, w, -1)] * (len(value) if isinstance(value, list) else 0)
-            elif isinstance(path[1], int):
-                if len(path) == 2 and w.verb == "delete":
-                    del producers[path[1]]
-                else:
-                    producers[path[1]] = (run_id, live, w, -1)
-    if not -len(producers) <= index < len(producers):
-        return None
-    run_id, live, produced, position = producers[index]
-    return walker.index(run_id, live), produced, position
-
-
 def scope_fields(run: "RunRecord", written: Optional[list[str]] = None) -> Optional[list[str]]:
     """The fields of the run's scope: from its schema when known, else from the recorded paths (the
     starting scope and the writes' fields, or `written` when given); None when neither can tell (a resumed
@@ -349,16 +228,16 @@ def backtrack(run: "RunRecord", path: str, *, max_depth: int = 64, max_nodes: in
     trace = Trace(run, path)
     walker = Walker(trace, max_depth, max_nodes, cross_runs, index)
     walker.provenance = provenance
-    idx = walker.indexes[run.run_id]
+    idx = walker.runs.indexes[run.run_id]
     wanted = parse_path(path)
     if len(wanted) >= 2 and isinstance(wanted[1], int):  # a list element: the write that produced it
-        thread = walker.thread(idx, str(wanted[0]))
-        gone = walker.continued_gone(thread) if wanted[1] >= 0 and str(wanted[0]) not in thread[0].inputs else None
+        thread = walker.runs.thread(idx, str(wanted[0]))
+        gone = walker.runs.continued_gone(thread) if wanted[1] >= 0 and str(wanted[0]) not in thread[0].inputs else None
         if gone is not None:  # counted from the start of a list whose first turns were pruned
             trace.missing = "pruned"
             trace.root = walker.pruned_run(gone, 0, "thread")
             return trace
-        found = walker.element_write(idx, str(wanted[0]), wanted[1])
+        found = element_write(walker.runs, idx, str(wanted[0]), wanted[1])
         if found is not None:
             owner, produced = found
             if produced is None:
@@ -370,7 +249,7 @@ def backtrack(run: "RunRecord", path: str, *, max_depth: int = 64, max_nodes: in
             walker.walk()
             return trace
     target = idx.last_write(path)
-    if target is None and run.forked_from_run_id and walker.index(run.forked_from_run_id) is not None:
+    if target is None and run.forked_from_run_id and walker.runs.index(run.forked_from_run_id) is not None:
         root = walker.origin(idx, path, 0)  # set before the fork point: traced in the original run
         if walker.g.nodes[root].get("kind") == "write":
             trace.root = root
