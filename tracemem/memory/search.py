@@ -5,9 +5,10 @@ best score among the candidates, so it lies in [0, 1]) with the cosine
 similarity: `w * lexical + (1 - w) * cosine`, w being the embedder's
 `lexical_weight`. Score fusion keeps the *margin* information that rank fusion
 (RRF) throws away; on LoCoMo it is what lets BM25 + MiniLM reach 0.66 recall@10
-where RRF of the two stays at 0.53. Both paths then run one round of
-pseudo-relevance feedback: the rarest terms of the best few candidates are added
-to the query at a low weight, which recovers evidence phrased with other words.
+where RRF of the two stays at 0.53 (the candidates and their fused score:
+fusion.py). Both paths then run one round of pseudo-relevance feedback
+(feedback.py): the rarest terms of the best few candidates are added to the
+query at a low weight, which recovers evidence phrased with other words.
 Feedback only re-orders candidates; it never makes a non-matching record match.
 
 Honesty. A candidate is a live record of the subject that matches the query
@@ -31,18 +32,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .context import neighbour_lift
+from .feedback import PRF_DOCS, feedback_terms
+from .fusion import Candidates, best_of
 from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
 from .pruned import rank_literal, rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
-from .vectors import INT8_MIN_ROWS, RERANK
+from .vectors import INT8_MIN_ROWS
 
-__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records", "PRF_DOCS", "PRF_TERMS", "PRF_WEIGHT", "best_of"]
-
-PRF_DOCS = 5
-PRF_TERMS = 10
-PRF_WEIGHT = 0.3
+__all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records"]
 
 
 class ScoredRecord(MemoryRecord):
@@ -164,116 +163,28 @@ class Ranking:
         return {"count_estimated": bool(self.sample), "total_lexical": self.total_lexical, "count_sample": self.sample}
 
 
-def _feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) -> dict[int, float]:
-    """Pseudo-relevance feedback: idf-weighted terms of the best rows, weights in (0, PRF_WEIGHT].
-
-    A row's terms come from the forward index; ties go to the term that sorts first.
-    """
-    seen = set(query_tids)
-    counts: dict[int, float] = {}
-    lex = shard.lex
-    for row in top_rows:
-        for t in lex.terms_of(int(row))[0].tolist():
-            if t not in seen:
-                counts[t] = counts.get(t, 0.0) + lex.idf(t)
-    best = sorted(counts.items(), key=lambda kv: (-kv[1], lex.vocab[kv[0]]))[:PRF_TERMS]
-    if not best:
-        return {}
-    top = best[0][1]
-    return {t: PRF_WEIGHT * c / top for t, c in best}
-
-
-class _Sims:
-    """Candidate similarities; int8 estimates are replaced by float32 values for the best candidates."""
-
-    def __init__(self, shard: Shard, query: np.ndarray, rows: np.ndarray, sim: np.ndarray, approximate: bool) -> None:
-        self.shard, self.query, self.rows = shard, query, rows
-        self.sim = sim[rows]
-        self.estimated = np.full(len(rows), approximate)
-
-    def rerank(self, score: np.ndarray, eligible: np.ndarray, k: int | None) -> None:
-        """Re-score in float32 the best `k + RERANK` eligible candidates by `score` (all when k is None)."""
-        el = np.flatnonzero(eligible & self.estimated)
-        if not len(el):
-            return
-        pool = k + RERANK if k is not None else len(el)
-        if len(el) > pool:
-            el = el[np.argpartition(-score[el], pool - 1)[:pool]]
-        assert self.shard.vecs is not None
-        self.sim[el] = self.shard.vecs.exact(self.rows[el], self.query)
-        self.estimated[el] = False
-
-
-def _similarities(shard: Shard, query_vec: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Cosine of every row (0 without a vector), and whether the values are int8 estimates."""
-    assert shard.vecs is not None
-    sim, approximate = shard.vecs.scan(query_vec)
-    if shard.indexed_count() < shard.n:  # rows stored without a vector (or dead ones): cosine 0
-        sim = np.where(shard.has_vec[: shard.n], sim, np.float32(0.0))
-    return sim, approximate
-
-
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
                min_similarity: float, recall: bool, floor: float, now: datetime, limit: int | None,
                context_weight: float = 0.0) -> Ranking:
     """Score the shard's live rows (with their neighbours', context.py), filter candidates, cut to `limit`."""
     n = shard.n
-    alive = shard.alive[:n]
     qtids = shard.lex.lookup(terms(query))
     if limit is not None and (query_vec is None or (shard.vecs is not None and shard.vecs.mode() == "int8")):
         pruned = _pruned(shard, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
         if pruned is not None:
             return pruned
-    lex = shard.lex.score(qtids, n)
-    if shard.n_dead:
-        lex[~alive] = 0.0
-    sim: np.ndarray | None = None
-    approximate = False
-    if query_vec is not None:
-        sim, approximate = _similarities(shard, query_vec)
-        cand = (lex > 0) | (sim >= min_similarity)  # a row without a vector has sim 0 and is no match by it
-        if min_similarity <= 0:
-            cand &= shard.has_vec[:n] | (lex > 0)
-        if shard.n_dead:
-            cand &= alive
-    else:
-        cand = lex > 0  # dead rows scored 0 above
-
-    cand_rows = np.flatnonzero(cand)
-    sims = None if sim is None or query_vec is None else _Sims(shard, query_vec, cand_rows, sim, approximate)
-
-    def fuse(lexical_c: np.ndarray) -> np.ndarray:
-        """Fused score of the candidates only (scoring non-candidates would be wasted work)."""
-        if sims is None:
-            return lexical_c
-        best = lexical_c.max() if len(lexical_c) else 0.0
-        norm = lexical_c / best if best > 0 else lexical_c
-        return lexical_weight * norm + (1.0 - lexical_weight) * sims.sim
-
-    everyone = np.ones(len(cand_rows), dtype=bool)
-    lex_c = lex[cand_rows]
-    if len(cand_rows) > PRF_DOCS:
-        if sims is not None:
-            sims.rerank(fuse(lex_c), everyone, PRF_DOCS)
-        score_c = fuse(lex_c)
-        top = cand_rows[best_of(cand_rows, score_c, PRF_DOCS)]
-        extra = _feedback_terms(shard, top, qtids)
-        if extra:
-            lex_c = lex_c + shard.lex.score(extra.keys(), n, extra)[cand_rows]
-
-    out = Ranking(rows=cand_rows, score=np.zeros(n), lexical=np.zeros(n), similarity=sim, total=len(cand_rows))
-    eligible = _recall_filter(shard, cand_rows, out, floor, now) if recall and len(cand_rows) else everyone
-    if sims is not None:
-        sims.rerank(fuse(lex_c), eligible, limit)
-        assert sim is not None
-        sim[cand_rows] = sims.sim
-    score_c = fuse(lex_c)
-    if context_weight > 0 and len(cand_rows) and n < INT8_MIN_ROWS:  # subjects ranked through bounds go without
-        score_c = score_c + neighbour_lift(_every_score(lex, lex_c, cand_rows, sim if sims else None,
-                                                        lexical_weight), alive, cand_rows, context_weight)
-    out.score[cand_rows] = score_c
-    out.lexical[cand_rows] = lex_c
-    keep = cand_rows[eligible]
+    found = Candidates(shard, qtids, query_vec, lexical_weight, min_similarity)
+    found.add_feedback()
+    rows = found.rows
+    out = Ranking(rows=rows, score=np.zeros(n), lexical=np.zeros(n), similarity=found.similarity, total=len(rows))
+    eligible = _recall_filter(shard, rows, out, floor, now) if recall and len(rows) else np.ones(len(rows), dtype=bool)
+    found.rescore(eligible, limit)
+    score_c = found.fused()
+    if context_weight > 0 and len(rows) and n < INT8_MIN_ROWS:  # subjects ranked through bounds go without
+        score_c = score_c + neighbour_lift(found.every_fused(), shard.alive[:n], rows, context_weight)
+    out.score[rows] = score_c
+    out.lexical[rows] = found.lexical
+    keep = rows[eligible]
     score = out.score
     if limit is not None and len(keep) > limit:
         out.cut = len(keep) - limit
@@ -297,22 +208,11 @@ def _recall_filter(shard: Shard, cand_rows: np.ndarray, out: Ranking, floor: flo
     return ~(flagged | low | window)
 
 
-def _every_score(lex: np.ndarray, lex_c: np.ndarray, cand_rows: np.ndarray, sim: np.ndarray | None,
-                 lexical_weight: float) -> np.ndarray:
-    """Every row's own fused score (the candidates' with their feedback terms): what lifts a neighbour."""
-    score_all = lex.astype(np.float64)
-    score_all[cand_rows] = lex_c
-    if sim is None:
-        return score_all
-    best = lex_c.max()
-    return lexical_weight * (score_all / best if best > 0 else score_all) + (1.0 - lexical_weight) * sim
-
-
 def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray | None, lexical_weight: float,
             min_similarity: float, recall: bool, floor: float, now: datetime, limit: int) -> Ranking | None:
     """rank_pruned's (rank_literal's without a query vector) answer as a Ranking; None: score every row instead."""
     args = dict(recall=recall, floor=floor, now_us=to_micros(now, 0), limit=limit, prf_docs=PRF_DOCS,
-                feedback=lambda top: _feedback_terms(shard, top, qtids))
+                feedback=lambda top: feedback_terms(shard, top, qtids))
     if query_vec is None:
         got = rank_literal(shard, qtids, **args)  # type: ignore[arg-type]
     else:
@@ -328,15 +228,6 @@ def _pruned(shard: Shard, qtids: list[int], query_vec: np.ndarray | None, lexica
         out.exclusions.append((row, reason, _detail(shard, row, reason, floor)))
     out.cut = max(0, got.total - len(got.exclusions) - len(got.rows))
     return out
-
-
-def best_of(rows: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best rows by score, ties to the newer record (higher row): the same k every time."""
-    if len(rows) <= k:
-        return np.arange(len(rows))
-    kth = score[np.argpartition(-score, k - 1)[k - 1]]
-    near = np.flatnonzero(score >= kth)
-    return near[np.lexsort((-rows[near], -score[near]))[:k]] if len(near) > k else near
 
 
 def _detail(shard: Shard, row: int, reason: str, floor: float) -> str:
