@@ -46,9 +46,6 @@ NOT_YET = {
     "tracemem/store/pg/backend.py:PgBackend": 21,
     "tracemem/flow/context.py:StageContext": 21,
     "tracemem/store/duck.py:DuckBackend": 20,
-    "tracemem/memory/lexical.py:LexicalIndex": 19,
-    "tracemem/memory/bounded.py:QueryScores": 18,
-    "tracemem/store/pg/memory_sql.py:PgMemorySQL": 17,
 }
 # Attributes with a leading underscore that are public by convention (namedtuple API, CPython helpers).
 CONVENTIONAL = {"_asdict", "_replace", "_fields", "_make", "_field_defaults", "_getframe", "_exit"}

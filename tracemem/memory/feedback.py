@@ -33,7 +33,7 @@ def feedback_terms(shard: Shard, top_rows: np.ndarray, query_tids: list[int]) ->
         for t in lex.terms_of(int(row))[0].tolist():
             if t not in seen:
                 counts[t] = counts.get(t, 0.0) + lex.idf(t)
-    best = sorted(counts.items(), key=lambda kv: (-kv[1], lex.vocab[kv[0]]))[:PRF_TERMS]
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], lex.vocabulary.terms[kv[0]]))[:PRF_TERMS]
     if not best:
         return {}
     top = best[0][1]

@@ -6,6 +6,7 @@ machines, write at once.
     copy.py         batches of runs with COPY, one transaction each
     lease.py        liveness without PIDs: a lease per store opening; dead leases' runs recovered
     memory_sql.py   the memory's SQL, and what processes sharing one memory need
+    embeddings.py   how a memory's embedding is written and read (pgvector's vector, or real[])
     result.py       what store.sql() returns: a DuckDB relation's methods
     backend.py      the Backend that ties them together
     local.py        a throwaway local server, for tests, benchmarks and trying it out

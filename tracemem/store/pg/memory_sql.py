@@ -28,6 +28,7 @@ from ...memory.sql import event_text, update_statement
 from ...memory.tables import MEMORY_COLUMNS
 from .connection import PgConnection
 from .copy import copy_table
+from .embeddings import EmbeddingColumn
 
 __all__ = ["PgMemorySQL", "MEMORY_LOCK"]
 
@@ -42,13 +43,14 @@ _EVENT_KINDS = [pa.string()] * 5 + [_TS, pa.string()]
 
 
 class PgMemorySQL:
-    """memory/sql.py's functions for a PostgreSQL store whose embeddings are `kind` ('vector' or 'array')."""
+    """memory/sql.py's functions for a PostgreSQL store whose embeddings are `kind` ('vector' or 'array',
+    see embeddings.py)."""
 
     SHARED = True  # other processes write these tables too: follow memory_events, recheck before injecting
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.send = "vector_send" if kind == "vector" else "array_send"
+        self.embedding = EmbeddingColumn(kind)
         self.written: dict[str, datetime] = {}  # updated_at of each record this process last wrote
 
     # -- what memory/sql.py offers -------------------------------------------------------------
@@ -91,12 +93,9 @@ class PgMemorySQL:
         return [tuple(r) for r in con.execute(f"SELECT {_COLS} FROM memories WHERE {where}", list(params)).fetchall()]
 
     def update_record(self, con: PgConnection, memory_id: str, fields: dict[str, Any]) -> None:
-        con.execute(*update_statement(memory_id, fields, f"?::real[]{self._cast()}"))
+        con.execute(*update_statement(memory_id, fields, f"?::real[]{self.embedding.cast}"))
         if "updated_at" in fields:
             self.written[memory_id] = fields["updated_at"]
-
-    def _cast(self) -> str:
-        return "::vector" if self.kind == "vector" else ""
 
     def load_live(self, con: PgConnection, subjects: Optional[Sequence[str]] = None
                   ) -> tuple[list[tuple[Any, ...]], list[Optional[np.ndarray]]]:
@@ -105,24 +104,13 @@ class PgMemorySQL:
         where, params = "deleted_at IS NULL", []
         if subjects is not None:
             where, params = where + " AND subject = ANY(?::text[])", [list(subjects)]
-        rows = con.execute(f"SELECT {_COLS}, {self.send}(embedding) FROM memories WHERE {where} "
+        rows = con.execute(f"SELECT {_COLS}, {self.embedding.send}(embedding) FROM memories WHERE {where} "
                            f"ORDER BY created_at, memory_id", params, binary=True).fetchall()
-        return [tuple(r[:-1]) for r in rows], [self.vector(r[-1]) for r in rows]
-
-    def vector(self, raw: Optional[bytes]) -> Optional[np.ndarray]:
-        """A stored embedding from its binary form (pgvector's, or a real[] array's)."""
-        if raw is None:
-            return None
-        if self.kind == "vector":
-            return np.frombuffer(raw, dtype=">f4", offset=4).astype(np.float32)
-        ndim = int.from_bytes(raw[:4], "big")
-        if ndim == 0:
-            return np.zeros(0, dtype=np.float32)
-        pairs = np.frombuffer(raw, dtype=">i4", offset=12 + 8 * ndim).reshape(-1, 2)
-        return pairs[:, 1].copy().view(">f4").astype(np.float32)
+        return [tuple(r[:-1]) for r in rows], [self.embedding.decode(r[-1]) for r in rows]
 
     def write_embeddings(self, con: PgConnection, ids: Sequence[str], vecs: np.ndarray, embedder_id: str) -> None:
-        con.executemany(f"UPDATE memories SET embedding = ?::real[]{self._cast()}, embedder_id = ? WHERE memory_id = ?",
+        con.executemany(f"UPDATE memories SET embedding = ?::real[]{self.embedding.cast}, embedder_id = ? "
+                        f"WHERE memory_id = ?",
                         [(np.asarray(v, dtype=np.float32).tolist(), embedder_id, mid) for mid, v in zip(ids, vecs)])
 
     def get_meta(self, con: PgConnection, key: str) -> Optional[str]:
@@ -147,6 +135,6 @@ class PgMemorySQL:
 
     def current(self, con: PgConnection, ids: Sequence[str]) -> dict[str, tuple[tuple[Any, ...], Optional[np.ndarray]]]:
         """The stored record (and vector) of each of `ids` that still exists."""
-        rows = con.execute(f"SELECT {_COLS}, {self.send}(embedding) FROM memories WHERE memory_id = ANY(?::text[])",
-                           [list(ids)], binary=True).fetchall()
-        return {r[0]: (tuple(r[:-1]), self.vector(r[-1])) for r in rows}
+        rows = con.execute(f"SELECT {_COLS}, {self.embedding.send}(embedding) FROM memories "
+                           f"WHERE memory_id = ANY(?::text[])", [list(ids)], binary=True).fetchall()
+        return {r[0]: (tuple(r[:-1]), self.embedding.decode(r[-1])) for r in rows}
