@@ -22,7 +22,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from .bm25 import Bm25Statistics
-from .postings import ForwardLists, InvertedLists, Vocabulary, csr
+from .postings import CsrBlock, ForwardLists, InvertedLists, Vocabulary, csr
 
 __all__ = ["LexicalIndex", "K1", "B"]
 
@@ -38,10 +38,10 @@ class LexicalIndex:
                  vocab: list[str] | None = None) -> None:
         a = arrays or {}
         self.vocabulary = Vocabulary(vocab if vocab is not None else [])
-        self.inverted = InvertedLists(a.get("post_off"), a.get("post_row"), a.get("post_tf"))
-        self.forward = ForwardLists(a.get("fwd_off"), a.get("fwd_term"), a.get("fwd_tf"))
+        self.inverted = InvertedLists(CsrBlock.load(a, "post_off", "post_row", "post_tf"))
+        self.forward = ForwardLists(CsrBlock.load(a, "fwd_off", "fwd_term", "fwd_tf"))
         self._n_rows = self.forward.n_base_rows
-        df = np.diff(a["post_off"]).astype(np.int64) if "post_off" in a else np.zeros(0, dtype=np.int64)
+        df = np.diff(self.inverted.base.off).astype(np.int64)  # every base row is alive when loaded
         self.stats = Bm25Statistics(k1, b, df, np.array(a.get("doclen", _EMPTY_F), dtype=np.float64), self._n_rows)
 
     @property

@@ -12,11 +12,11 @@ Nothing here knows BM25 (bm25.py weighs what is stored here).
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["Vocabulary", "InvertedLists", "ForwardLists", "csr"]
+__all__ = ["Vocabulary", "CsrBlock", "InvertedLists", "ForwardLists", "csr"]
 
 _EMPTY_I = np.zeros(0, dtype=np.int32)
 _EMPTY_F = np.zeros(0, dtype=np.float32)
@@ -58,14 +58,34 @@ class Vocabulary:
         return ids
 
 
+class CsrBlock(NamedTuple):
+    """Groups of (id, count) pairs as three arrays, as a shard file stores them: group i is
+    `ids[off[i]:off[i + 1]]` with the counts at the same places."""
+
+    off: np.ndarray
+    ids: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def load(cls, arrays: Mapping[str, np.ndarray], off: str, ids: str, counts: str) -> "CsrBlock":
+        """The block stored under these names (an empty one where there is none)."""
+        return cls(arrays.get(off, np.zeros(1, dtype=np.int64)), arrays.get(ids, _EMPTY_I), arrays.get(counts, _EMPTY_F))
+
+    def size(self) -> int:
+        """How many groups it holds."""
+        return len(self.off) - 1
+
+    def group(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.off[i], self.off[i + 1]
+        return self.ids[lo:hi], self.counts[lo:hi]
+
+
 class InvertedLists:
     """Term -> the rows holding it (ascending) and its count in each: a CSR block plus per-term tails."""
 
-    def __init__(self, off: np.ndarray | None, rows: np.ndarray | None, counts: np.ndarray | None) -> None:
-        self._off = off if off is not None else np.zeros(1, dtype=np.int64)
-        self._rows = rows if rows is not None else _EMPTY_I
-        self._counts = counts if counts is not None else _EMPTY_F
-        self.n_base_terms = len(self._off) - 1
+    def __init__(self, base: CsrBlock) -> None:
+        self.base = base  # by term: the rows present when the shard was built or loaded
+        self.n_base_terms = base.size()
         self._tail: dict[int, tuple[array, array]] = {}  # term -> rows ('i'), counts ('f'): no Python objects
         self._joined: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # base and tail as one array, per term
 
@@ -92,9 +112,9 @@ class InvertedLists:
         if hit is None:
             parts_r, parts_t = [], []
             if tid < self.n_base_terms:
-                lo, hi = self._off[tid], self._off[tid + 1]
-                parts_r.append(self._rows[lo:hi])
-                parts_t.append(self._counts[lo:hi])
+                rows, counts = self.base.group(tid)
+                parts_r.append(rows)
+                parts_t.append(counts)
             tail = self._tail.get(tid)
             if tail:
                 parts_r.append(np.frombuffer(tail[0], dtype=np.int32).copy())  # a copy: the tail keeps growing
@@ -108,33 +128,31 @@ class InvertedLists:
 class ForwardLists:
     """Row -> the term ids it holds and their counts: a CSR block for the base rows, a list for the rest."""
 
-    def __init__(self, off: np.ndarray | None, terms: np.ndarray | None, counts: np.ndarray | None) -> None:
-        self._off = off if off is not None else np.zeros(1, dtype=np.int64)
-        self._terms = terms if terms is not None else _EMPTY_I
-        self._counts = counts if counts is not None else _EMPTY_F
-        self.n_base_rows = len(self._off) - 1
+    def __init__(self, base: CsrBlock) -> None:
+        self.base = base  # by row: the rows present when the shard was built or loaded
+        self.n_base_rows = base.size()
         self._tail: list[tuple[np.ndarray, np.ndarray]] = []
 
     def append(self, rows: np.ndarray, tids: np.ndarray, counts: np.ndarray, n_rows: int) -> None:
-        """Add rows 0..n_rows-1 past the last one (numbered from 0 here), postings sorted by row."""
+        """Add `n_rows` rows after the last one; `rows` gives each posting's row among them (from 0, ascending)."""
         bounds = np.searchsorted(rows, np.arange(n_rows + 1))
         self._tail.extend((tids[a:b], counts[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
     def of(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """A row's term ids and their counts."""
         if row < self.n_base_rows:
-            lo, hi = self._off[row], self._off[row + 1]
-            return self._terms[lo:hi], self._counts[lo:hi]
+            return self.base.group(row)
         return self._tail[row - self.n_base_rows]
 
     def gather(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The rows `keep` (in order) as one run: how many terms each holds, the term ids, their counts."""
         if not self._tail:  # all rows are base rows: gather the slices with numpy
-            lens = (self._off[keep + 1] - self._off[keep]).astype(np.int64)
-            starts = np.repeat(self._off[keep], lens)
+            off = self.base.off
+            lens = (off[keep + 1] - off[keep]).astype(np.int64)
+            starts = np.repeat(off[keep], lens)
             within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
             idx = starts + within
-            return lens, self._terms[idx], self._counts[idx]
+            return lens, self.base.ids[idx], self.base.counts[idx]
         parts = [self.of(int(r)) for r in keep]
         lens = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
         terms = np.concatenate([p[0] for p in parts]) if parts else _EMPTY_I
