@@ -28,14 +28,14 @@ from typing import Optional
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 SCRIPTS = ("overhead", "store", "memory", "memory_scale", "snapshot", "scale", "blame",
-           "resume", "tools", "ui", "user_sql", "postgres", "pg_durability", "peers", "requests", "why")
+           "resume", "tools", "ui", "user_sql", "postgres", "pg_durability", "peers", "model_requests", "why")
 # for scripts without a --quick flag of their own
 QUICK_ARGS = {"overhead": [("--runs", "200"), ("--reps", "2")],
               "store": [("--runs", "200"), ("--reps", "2"), ("--turns", "50")],
               "snapshot": [("--sizes", "2000,10000"), ("--queries", "50")],
               "memory_scale": [("--smoke", "")], "blame": [("--runs", "5000"), ("--memories", "1000")],
               "resume": [("--rounds", "100"), ("--reps", "2")], "ui": [("--runs", "2000"), ("--steps", "100")],
-              "user_sql": [("--runs", "200"), ("--queries", "20")], "requests": [("--turns", "100")],
+              "user_sql": [("--runs", "200"), ("--queries", "20")], "model_requests": [("--turns", "100")],
               "pg_durability": [("--runs", "50"), ("--reps", "2")]}
 PACKAGES = ("tracemem-agents", "duckdb", "numpy", "pydantic", "pyarrow", "opentelemetry-sdk",
             "langgraph", "langgraph-checkpoint-sqlite", "apache-burr")
@@ -396,15 +396,15 @@ def goals(results: dict[str, Result], quick: bool) -> list[tuple[str, str, str, 
     # exact requests recorded over a long thread
     target = "linear over 1,000 turns (exponent ≤ 1.2)"
     req = re.search(rf"with exact requests: {NUM} MB added over {NUM} turns \(exponent (nan|{NUM})\)",
-                    results["requests"].stdout)
+                    results["model_requests"].stdout)
     if req:
         mb, turns, exponent = num(req.group(1)), int(num(req.group(2))), float(req.group(3).replace(",", ""))
         status = f"not measured (only {turns} turns)" if turns < 1000 else \
             ("met" if exponent <= 1.2 else f"gap: exponent {exponent:.2f}")
-        rows.append((f"a thread's exact model requests over {turns:,} turns (requests.py)", target,
+        rows.append((f"a thread's exact model requests over {turns:,} turns (model_requests.py)", target,
                      f"{mb:.2f} MB, exponent {exponent:.2f}", status))
     else:
-        rows.append(("a thread's exact model requests (requests.py)", target, missing(results["requests"]), "—"))
+        rows.append(("a thread's exact model requests (model_requests.py)", target, missing(results["model_requests"]), "—"))
 
     # memory search
     scale = mem["scale"]

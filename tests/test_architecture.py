@@ -43,9 +43,6 @@ FACADES = {"tracemem/store/store.py:Store", "tracemem/memory/api.py:Memory", "tr
 NOT_YET = {
     # functions (lines)
     # classes (methods)
-    "tracemem/store/pg/backend.py:PgBackend": 21,
-    "tracemem/flow/context.py:StageContext": 21,
-    "tracemem/store/duck.py:DuckBackend": 20,
 }
 # Attributes with a leading underscore that are public by convention (namedtuple API, CPython helpers).
 CONVENTIONAL = {"_asdict", "_replace", "_fields", "_make", "_field_defaults", "_getframe", "_exit"}

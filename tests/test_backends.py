@@ -153,8 +153,8 @@ def test_flush_interval_zero_has_the_run_in_the_database_when_run_returns(store_
     store = store_factory(flush_interval=0)
     run = flow().run({"question": "right now"}, store=store)
     con = store.backend.cursor()  # no flush: what is in the database (or its run journal) as flow.run returns
-    if store.backend.journal is not None and not store.backend.journal_rows:  # a DuckDB file: its run journal
-        journaled = sum(e is not None and e[0] == run.run_id for e, _, _ in read_entries(store.backend.journal.path, 0))
+    if store.backend.writes.journal is not None and not store.backend.writes.journal_rows:  # a DuckDB file: its run journal
+        journaled = sum(e is not None and e[0] == run.run_id for e, _, _ in read_entries(store.backend.writes.journal.path, 0))
     else:
         journaled = con.execute("SELECT count(*) FROM step_journal WHERE run_id = ?", [run.run_id]).fetchall()[0][0]
     in_runs = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run.run_id]).fetchall()[0][0]

@@ -238,7 +238,9 @@ def test_flow_run_waits_when_the_queue_is_full_and_batches_are_bounded(tmp_path)
 
 
 class Batches:
-    """A backend that keeps the batches it is given (how many pieces each held)."""
+    """A backend's writing side that keeps the batches it is given (how many pieces each held)."""
+
+    journal, journal_rows = None, False
 
     def __init__(self) -> None:
         self.sizes: list[int] = []

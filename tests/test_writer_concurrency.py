@@ -127,7 +127,7 @@ def test_every_public_way_in_from_user_threads_loses_and_duplicates_nothing(stor
 def _insert_then(store: Any, error: BaseException) -> list[int]:
     """Make the store's next batch commit and then raise `error`, as when the answer to a COMMIT is lost;
     returns the list that counts the batches written."""
-    insert = store.backend.insert
+    insert = store.backend.writes.insert
     written: list[int] = []
 
     def lost_answer(batch: Any) -> None:
@@ -136,7 +136,7 @@ def _insert_then(store: Any, error: BaseException) -> list[int]:
         if len(written) == 1:
             raise error
 
-    store.backend.insert = lost_answer
+    store.backend.writes.insert = lost_answer
     return written
 
 
@@ -168,13 +168,13 @@ def test_dropped_writer_and_journal_sessions_are_retried_and_the_runs_written_wh
         pytest.skip("a PostgreSQL session; the DuckDB counterpart is the write conflict below")
     store = store_factory(flush_interval=600)
     runs = [TWO.run({"question": f"q{i}"}, store=store, env=ENV) for i in range(5)]
-    pids = [con.raw.info.backend_pid for con in (store.backend.writer, store.backend.journal.con)]
+    pids = [con.raw.info.backend_pid for con in (store.backend.writes.con, store.backend.writes.journal.con)]
     for pid in pids:  # what a server restart does to the sessions of the writer and of the journal rows
         store.con.execute("SELECT pg_terminate_backend(?)", [pid])
     runs += [TWO.run({"question": f"after {i}"}, store=store, env=ENV) for i in range(3)]  # journaled anew
     store.flush()
-    assert store.backend.writer.raw.info.backend_pid != pids[0]  # a new session wrote them
-    assert store.backend.journal.con.raw.info.backend_pid != pids[1]
+    assert store.backend.writes.con.raw.info.backend_pid != pids[0]  # a new session wrote them
+    assert store.backend.writes.journal.con.raw.info.backend_pid != pids[1]
     _whole(store, runs)
 
 
@@ -189,13 +189,13 @@ def test_a_write_conflict_is_retried_and_the_resumed_run_written_whole(tmp_path)
         mine.execute("BEGIN TRANSACTION")
         mine.execute("UPDATE runs SET notes = ['mine'] WHERE run_id = ?", [done.run_id])  # uncommitted
         retried = threading.Event()
-        reset = store.backend.reset_writer
+        reset = store.backend.writes.reset
 
         def resetting() -> None:  # the writer's connection is made sound again after each momentary failure
             retried.set()
             reset()
 
-        store.backend.reset_writer = resetting
+        store.backend.writes.reset = resetting
         flushing = threading.Thread(target=store.flush)
         flushing.start()
         assert retried.wait(30)  # the writer met the conflict and waits to try again
@@ -247,13 +247,13 @@ def test_what_fails_after_a_batch_committed_is_said_and_never_writes_the_batch_a
 def test_an_interrupt_in_a_flush_leaves_the_runs_queued_not_degraded(store_factory):
     store = store_factory(flush_interval=600)
     runs = [TWO.run({"question": f"q{i}"}, store=store, env=ENV) for i in range(4)]
-    insert = store.backend.insert
+    insert = store.backend.writes.insert
 
     def interrupted(batch: Any) -> None:
-        store.backend.insert = insert
+        store.backend.writes.insert = insert
         raise KeyboardInterrupt
 
-    store.backend.insert = interrupted
+    store.backend.writes.insert = interrupted
     with pytest.raises(KeyboardInterrupt):
         store.flush()
     store.flush()

@@ -17,9 +17,10 @@ from typing import Any, Callable
 
 import pydantic_core
 
-from ..scope.tracked import unwrap
 from ..scope.recorder import recorder_of, write_path
+from ..scope.tracked import unwrap
 from .effects import effect_hash, replayed_result
+from .step_effects import Making
 
 __all__ = ["effect_stage"]
 
@@ -31,8 +32,8 @@ def _jsonable(value: Any) -> Any:
 def _replayed(view: Any, ctx: Any) -> bool:
     """Whether the recorded run this one replays holds this stage with the same inputs: then its writes are
     written again and True returned. Pauses instead when the record holds it with other inputs, or not at all
-    (`ctx.effects.withholds`)."""
-    policy, rec, name = ctx.effects, recorder_of(view), ctx.stage
+    (`ctx.effects.policy.withholds`)."""
+    policy, rec, name = ctx.effects.policy, recorder_of(view), ctx.stage
     first = policy.peek("stage", name)
     if first is not None:
         values = {root: _jsonable(rec.read(root, tracked=False)) for root in replayed_result(first)["reads"]}
@@ -40,12 +41,12 @@ def _replayed(view: Any, ctx: Any) -> bool:
         if row is not None:
             for path, verb, value in replayed_result(row)["writes"]:
                 write_path(view, path, verb, json.loads(value) if value is not None else None)
-            ctx.record_effect("stage", name, row["input_hash"], row.get("idempotency_key") or "", "replayed",
-                              replayed_result(row), None, time.time_ns(), source=row)
+            ctx.effects.record(Making("stage", name, row["input_hash"], row.get("idempotency_key") or ""), "replayed",
+                               replayed_result(row), None, time.time_ns(), source=row)
             ctx.log(f"effect stage replayed from run {row.get('source_run_id') or row.get('run_id')}: not run again")
             return True
     if policy.withholds:
-        ctx.withhold(name, "stage", None)
+        ctx.effects.withhold(name, "stage", None)
     return False
 
 
@@ -56,8 +57,8 @@ def _made(view: Any, ctx: Any, started: int) -> None:
     roots = sorted({read[2] for read in rec.reads})
     values = {root: _jsonable(rec.state.data[root]) for root in roots}
     shape = {"reads": roots, "writes": [[path, verb, value] for _, _, path, verb, value in rec.writes]}
-    ctx.record_effect("stage", ctx.stage, effect_hash("stage", ctx.stage, values), f"{ctx.run_id}:{ctx.step}:"
-                      f"{ctx.stage}", "live", shape, None, started)
+    making = Making("stage", ctx.stage, effect_hash("stage", ctx.stage, values), f"{ctx.run_id}:{ctx.step}:{ctx.stage}")
+    ctx.effects.record(making, "live", shape, None, started)
 
 
 def effect_stage(fn: Callable[..., Any], takes_ctx: bool, is_async: bool) -> Callable[..., Any]:

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from .write.rows import Batch
 
-__all__ = ["Backend", "open_backend", "is_postgres_url"]
+__all__ = ["Backend", "Writes", "open_backend", "is_postgres_url"]
 
 
 def is_postgres_url(path: str) -> bool:
@@ -45,30 +45,20 @@ class Backend(Protocol):
     path: str  # what messages name: the file (or snapshot copy), or the URL without its password
     label: str  # the path the user gave (the file, not its snapshot copy)
     con: Any  # the connection tracemem's own SQL runs on (`?` parameters, DuckDB function names)
-    writer_con: Any  # the writer's own connection (batches, journal rows); None on a read-only store
-    write_lock: Any  # held around `insert` and `journal`
+    writes: Optional["Writes"]  # the writer's side; None on a read-only store
+    write_lock: Any  # held around `append` (copying between stores)
     salt: Optional[str]  # the store's secret salt (tracemem_meta), hex
     interrupted: list[str]  # runs found running under a dead writer when opened
     snapshot_of: Optional[str]
     snapshot_note: str
     memory_sql: Any  # what Memory runs its bulk SQL with (memory/sql.py or pg/memory_sql.py)
     shared: bool  # other processes write the same store at the same time
-    journal: Any  # where entries wait for the writer (store/write/journal.py); None on `:memory:` or read-only
-    journal_rows: bool  # the journal is step_journal rows: a batch deletes those of what it writes
 
     def cursor(self) -> Any: ...
 
     def connection(self) -> Any: ...  # for one part of the store (the memory, the snapshot index)
 
     def user_connection(self) -> Any: ...  # `store.con`: the user's, never used by tracemem
-
-    insert: Callable[[Batch], None]  # one transaction of a batch, on the writer's connection
-
-    def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary (write/writer.py)
-
-    def reset_writer(self) -> None: ...  # the writer's connection made sound again after a failed write
-
-    def meta(self, key: str) -> Optional[str]: ...  # a tracemem_meta value, as the writer's connection sees it
 
 
     def follow_snapshots(self) -> Optional[Callable[[str, str, int], tuple[int, list[tuple]]]]: ...
@@ -84,6 +74,23 @@ class Backend(Protocol):
     def transaction(self) -> ContextManager[None]: ...
 
     def export(self, directory: str, progress: Optional[Callable[[int, int], None]] = None) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+class Writes(Protocol):
+    """The writer's side of a backend (store/write/writer.py): a connection of its own, and the journal."""
+
+    con: Any  # the writer's own connection
+    journal: Any  # where entries wait for the writer (store/write/journal.py); None on `:memory:`
+    journal_rows: bool  # the journal is step_journal rows: a batch deletes those of what it writes
+    insert: Callable[[Batch], None]  # one transaction of a batch, on `con`
+
+    def transient(self, err: BaseException) -> Optional[str]: ...  # why a failed write is momentary
+
+    def reset(self) -> None: ...  # `con` made sound again after a failed write
+
+    def meta(self, key: str) -> Optional[str]: ...  # a tracemem_meta value, as `con` sees it
 
     def close(self) -> None: ...
 

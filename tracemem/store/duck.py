@@ -9,7 +9,7 @@ read-only user SQL runs fenced in its own DuckDB instance (store/read/user_sql.p
 Connections: a DuckDB connection runs one call at a time and refuses a second one made
 meanwhile ("connection is busy") rather than waiting, so nothing is shared across owners.
 The store's own (`con`: tracemem's reads, under the store's lock), the writer's
-(`writer_con`: batches, nobody else's), one for the memory and one for the
+(`writes.con`: batches, nobody else's), one for the memory and one for the
 snapshot index (`connection()`), and one per user thread (`user_connection()`, what
 `store.con` is): each a `cursor()` of the same database, so each sees what the others commit.
 """
@@ -53,7 +53,6 @@ class DuckBackend:
 
     kind = "duckdb"
     shared = False
-    journal_rows = False
     memory_sql = memory_sql
 
     def __init__(self, path: str, *, read_only: bool, lock: threading.RLock, lease: str, block_size: int,
@@ -76,8 +75,8 @@ class DuckBackend:
         self._made: list[duckdb.DuckDBPyConnection] = []  # connections handed out (`connection`), closed with the file
         self._users: dict[int, duckdb.DuckDBPyConnection] = {}  # thread id -> its user connection (store.con)
         self._users_lock = threading.Lock()
-        self.writer_con: Optional[duckdb.DuckDBPyConnection] = None  # the writer's own (see the module docstring)
-        self.journal: Optional[FileJournal] = None  # a writable file's run journal (store/write/journal.py)
+        self.writes: Optional[DuckWrites] = None  # the writer's connection and the run journal (a writable file)
+        journal: Optional[FileJournal] = None
         try:
             with lock:
                 open_schema(self.con, self.path, read_only or self.snapshot_of is not None, log)
@@ -91,18 +90,19 @@ class DuckBackend:
                     unended = recover_file(self.con, self.path + ".journal", log)
                     ident = get_meta(self.con, "journal_id") or new_id()
                     set_meta(self.con, "journal_id", ident)
-                    self.journal = FileJournal(self.path + ".journal", fsync, ident)
+                    journal = FileJournal(self.path + ".journal", fsync, ident)
                     self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
                 # runs left 'running' by an opening that is gone (a crashed process, whatever its PID): those that
                 # never ended are marked interrupted
                 self.interrupted = [] if read_only else recover_dead_runs(self.con, frozenset({lease}), log, unended)
                 if not read_only:
-                    self._new_writer_con()
-        except duckdb.Error as err:  # a corrupt file, a failing disk: say so, never a raw DuckDB error
+                    self.writes = DuckWrites(self.con, journal)
+        except BaseException as err:
+            if self.writes is None and journal is not None:
+                journal.close()
             self._close_files()
-            raise open_error(err, opened.snapshot_of or self.path) from None
-        except BaseException:
-            self._close_files()
+            if isinstance(err, duckdb.Error):  # a corrupt file, a failing disk: say so, never a raw DuckDB error
+                raise open_error(err, opened.snapshot_of or self.path) from None
             raise
         # user SQL on a read-only store runs fenced (store/read/user_sql.py): no files, ATTACH, SET or changes
         self.user_sql = UserSQL(self.path, self.snapshot_of or self.path) if read_only else None
@@ -143,32 +143,6 @@ class DuckBackend:
                     self._users.pop(ident).close()
                 con = self._users[me] = self.con.cursor()
             return con
-
-    # -- writing ---------------------------------------------------------------------------
-    def _new_writer_con(self) -> None:
-        if self.writer_con is not None:
-            self.writer_con.close()  # (rolls back whatever it had open)
-        self.writer_con = self.con.cursor()
-        self.insert = partial(insert_batch, self.writer_con)  # (the writer calls it: no frame of this module)
-
-
-    def meta(self, key: str) -> Optional[str]:
-        """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
-        return get_meta(self.writer_con, key)
-
-    def transient(self, err: BaseException) -> Optional[str]:
-        return transient_failure(err)
-
-    def reset_writer(self) -> None:
-        """After a failed write: the writer's connection holds no transaction (a new connection if it cannot
-        say so)."""
-        try:
-            self.writer_con.execute("ROLLBACK")  # type: ignore[union-attr]
-        except duckdb.TransactionException as err:
-            if "no transaction is active" not in str(err):
-                self._new_writer_con()
-        except duckdb.Error:
-            self._new_writer_con()
 
     def follow_snapshots(self) -> None:
         return None  # this process is the file's only writer: the index learns of new rows as it writes them
@@ -219,11 +193,11 @@ class DuckBackend:
         return export(self.con, directory, progress=progress)
 
     def _close_files(self) -> None:
-        for con in self._made + list(self._users.values()) + ([self.writer_con] if self.writer_con else []):
+        for con in self._made + list(self._users.values()):
             con.close()
+        if self.writes is not None:
+            self.writes.close()
         self.con.close()
-        if self.journal is not None:
-            self.journal.close()
 
     def close(self) -> None:
         self._close_files()
@@ -231,3 +205,41 @@ class DuckBackend:
             self.user_sql.close()
         if self._snapshot_dir is not None:
             shutil.rmtree(self._snapshot_dir, ignore_errors=True)
+
+
+class DuckWrites:
+    """The writer's side of a DuckDB file: a connection of its own (a cursor of the file's), and the run journal
+    beside the file (None on `:memory:`)."""
+
+    journal_rows = False
+
+    def __init__(self, file_con: duckdb.DuckDBPyConnection, journal: Optional[FileJournal]) -> None:
+        self.file_con, self.journal = file_con, journal
+        self.con = file_con.cursor()
+        self.insert = partial(insert_batch, self.con)  # a batch, on this connection (store/write/rows.py)
+
+    def meta(self, key: str) -> Optional[str]:
+        """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
+        return get_meta(self.con, key)
+
+    def transient(self, err: BaseException) -> Optional[str]:
+        return transient_failure(err)
+
+    def reset(self) -> None:
+        """After a failed write: the connection holds no transaction (a new connection if it cannot say so)."""
+        try:
+            self.con.execute("ROLLBACK")
+            return
+        except duckdb.TransactionException as err:
+            if "no transaction is active" in str(err):
+                return
+        except duckdb.Error:
+            pass
+        self.con.close()  # (rolls back whatever it had open)
+        self.con = self.file_con.cursor()
+        self.insert = partial(insert_batch, self.con)
+
+    def close(self) -> None:
+        self.con.close()
+        if self.journal is not None:
+            self.journal.close()

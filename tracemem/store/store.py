@@ -103,7 +103,7 @@ class Store:
         self.known_content = KnownContent()  # content ids (messages, chains, tool sets) handed to this store
         self.log = log
         self._written_runs = 0  # runs written since the store last checked whether it is big enough to index
-        self.writer = Writer(self.backend, self.path, self.lease, flush_interval=flush_interval, max_queue=max_queue,
+        self.writer = Writer(self.backend.writes, self.path, self.lease, flush_interval=flush_interval, max_queue=max_queue,
                              max_batch=max_batch, max_lag=max_lag, embedder=snapshot_embedder, on_written=self._written)
         if not read_only:
             self.writer.start()
@@ -178,7 +178,7 @@ class Store:
     def listener(self, durability: Optional[str] = None) -> StoreListener:
         """What records a run into this store: a listener of its events (`flow.run(..., store=store)` adds it)."""
         self._writable("record runs")
-        return StoreListener(self.writer, self.backend.journal, self.lease, durability or self.durability,
+        return StoreListener(self.writer, self.backend.writes.journal, self.lease, durability or self.durability,
                              self.recent)
 
     def flush(self) -> None:

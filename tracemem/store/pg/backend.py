@@ -2,19 +2,15 @@
 machines, write at once (see store/backend.py for the seam it fills).
 
 Connections: the store's own (reads, memory, user SQL; it also holds this opening's lease),
-the writer's (batches, recovering dead leases), the journal's (each finished run, or stage,
-committed as a `step_journal` row before the call that made it returns), so a batch being
-copied in never waits behind a query or a journal row, and the other way round, and, made
-when first asked for, the user's (`store.con`), so a transaction a user leaves open never
-holds tracemem's up. There is
-no lock file and no PID: runs are recorded with the opening's lease, and whoever finds a lease
+the writer's and the journal's (pg/writes.py), and, made when first asked for, the user's
+(`store.con`), so a transaction a user leaves open never holds tracemem's up. There is no
+lock file and no PID: runs are recorded with the opening's lease, and whoever finds a lease
 dead recovers its runs (pg/lease.py).
 """
 from __future__ import annotations
 
 import os
 import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
@@ -23,51 +19,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import TracememError
-from ..write.rows import Batch
 from ..tables import ALL_TABLES, VIEWS
 from ..read.user_sql import DEFAULT_TIMEOUT, QueryTimeout, ReadOnlySQLError
-from .connection import (PgConnection, PgCursor, PgError, bind, first_line, parse_target, quote_ident,
-                         transient_failure, translate)
-from .copy import copy_arrow, insert_batch
+from .connection import (PgConnection, PgCursor, bind, first_line, parse_target, quote_ident, translate)
+from .copy import copy_arrow
 from .lease import Reaper, hold, reap
 from .memory_sql import PgMemorySQL
 from .reader import ReaderRefused, check_session, run_read_only
 from .result import ARROW_TYPES, SQLResult
 from .schema import embedding_type, open_pg_schema, set_pg_meta
+from .writes import PgWrites
 
-__all__ = ["PgBackend", "PgJournal"]
-
-
-class PgJournal:
-    """The journal of a PostgreSQL store (store/write/journal.py): each entry a `step_journal` row with this
-    opening's lease, committed on a connection of its own before the call that made it returns."""
-
-    fsync = False  # (as durable as the server's commits)
-
-    def __init__(self, con: PgConnection, lease: str) -> None:
-        self.con, self.lease = con, lease
-        self.lock = threading.RLock()
-
-    def append(self, entry: tuple[str, int, str, str], sync: bool) -> None:
-        """One row, committed; again, in a new session, after a momentary failure (a dropped session, a lock)."""
-        run_id, step, kind, payload = entry
-        for wait in (0.01, 0.05, 0.2, 0.5, 1.0, None):
-            try:
-                if self.con.broken:
-                    self.con.reopen()
-                self.con.execute("INSERT INTO step_journal (run_id, step, kind, payload, lease) VALUES (?, ?, ?, ?, ?)",
-                                 [run_id, step, kind, payload, self.lease])
-                return
-            except Exception as err:
-                if wait is None or transient_failure(err) is None:
-                    raise
-                time.sleep(wait)
-
-    def sync(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.con.close()
+__all__ = ["PgBackend"]
 
 
 class PgBackend:
@@ -75,7 +38,6 @@ class PgBackend:
 
     kind = "postgres"
     shared = True
-    journal_rows = True  # durable progress is step_journal rows: any worker can recover a dead one's runs
     snapshot_of: Optional[str] = None
     snapshot_note = ""
 
@@ -86,8 +48,7 @@ class PgBackend:
         self.read_only = read_only
         self.lease = lease
         self.con = PgConnection(self.target, "store", keepalive=lease_seconds)
-        self.writer: Optional[PgConnection] = None
-        self.journal: Optional[PgJournal] = None
+        self.writes: Optional[PgWrites] = None  # the writer's connection and the journal's (pg/writes.py)
         self._user: Optional[PgConnection] = None
         self._user_lock = threading.Lock()
         self.reaper: Optional[Reaper] = None
@@ -105,15 +66,13 @@ class PgBackend:
             self.interrupted: list[str] = []
             if not read_only:
                 hold(self.con, lease)  # this opening's lease: released by the server when the session ends
-                self.writer = PgConnection(self.target, "writer")
-                self.writer.register_vector()
-                self.journal = PgJournal(PgConnection(self.target, "journal"), lease)
-                self.interrupted = reap(self.writer, lease, log)
-                self.reaper = Reaper(self.writer, lease, lease_seconds / 2, log)
+                self.writes = PgWrites(self.target, lease)
+                self.interrupted = reap(self.writes.con, lease, log)
+                self.reaper = Reaper(self.writes.con, lease, lease_seconds / 2, log)
         except BaseException:
             self.close()
             raise
-        self.write_lock = self.writer.lock if self.writer is not None else self.con.lock
+        self.write_lock = self.writes.con.lock if self.writes is not None else self.con.lock
 
     def cursor(self) -> PgCursor:
         return self.con.cursor()
@@ -130,39 +89,10 @@ class PgBackend:
                 self._user = PgConnection(self.target, "user")
             return self._user
 
-    # -- writing ------------------------------------------------------------------------------
     def _writer(self) -> PgConnection:
-        if self.writer is None:
+        if self.writes is None:
             raise TracememError(f"{self.label} is open read-only; open Store('{self.label}') to record runs")
-        return self.writer
-
-    def insert(self, batch: Batch) -> None:
-        insert_batch(self._writer(), batch)
-
-    def meta(self, key: str) -> Optional[str]:
-        """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
-        row = self._writer().execute("SELECT value FROM tracemem_meta WHERE key = ?", [key]).fetchone()
-        return row[0] if row else None
-
-
-    @property
-    def writer_con(self) -> Optional[PgConnection]:
-        return self.writer
-
-    def transient(self, err: BaseException) -> Optional[str]:
-        return transient_failure(err)
-
-    def reset_writer(self) -> None:
-        """After a failed write: a new session if the server or network dropped the writer's, else none of its
-        transaction left open."""
-        writer = self._writer()
-        if writer.broken:
-            writer.reopen()
-        elif writer.in_transaction:
-            try:
-                writer.execute("ROLLBACK")
-            except PgError:
-                writer.reopen()
+        return self.writes.con
 
     def follow_snapshots(self) -> Callable[[str, str, int], tuple[int, list[tuple]]]:
         def follow(pipeline: str, embedder_id: str, after: int) -> tuple[int, list[tuple]]:
@@ -279,11 +209,9 @@ class PgBackend:
     def close(self) -> None:
         if self.reaper is not None:
             self.reaper.stop()
-        if self.journal is not None:
-            self.journal.close()
-        for con in (self._user, self.writer, self.con):
-            if con is not None:
+        for part in (self.writes, self._user, self.con):
+            if part is not None:
                 try:
-                    con.close()
+                    part.close()
                 except psycopg.Error:
                     pass

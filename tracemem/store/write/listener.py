@@ -66,13 +66,11 @@ class Recent:
 class StoreListener:
     """Records runs into one store with one durability (see the module docstring)."""
 
-    def __init__(self, writer: Writer, journal: Any, lease: Optional[str], durability: str, recent: Recent,
-                 journal_rows: bool = False) -> None:
+    def __init__(self, writer: Writer, journal: Any, lease: Optional[str], durability: str, recent: Recent) -> None:
         if durability not in ("run", "stage"):
             raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
         self.writer, self.journal, self.lease, self.recent = writer, journal, lease, recent
         self.stage = durability == "stage"
-        self.journal_rows = journal_rows  # the journal is step_journal rows (PostgreSQL): pieces clear theirs
         self.defer_sync = self.stage and getattr(journal, "fsync", False)  # a stage's sync waits for the next step
         self.unsynced = False
         self.resumed: dict[str, tuple[Any, ...]] = {}  # resumed runs: their record's counts when resumed

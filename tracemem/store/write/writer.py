@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional, Sequence
 from ...errors import StoreError, TracememError
 from ...run import Run
 from ...text import clip
+from ..backend import Writes
 from ..diagnose import first_line, storage_failure
 from ..read.snapshots import embedding_rows
 from .rows import META_SQL, Batch, Piece
@@ -152,14 +153,14 @@ class PieceQueue:
 class Writer:
     """The thread that writes what is queued (see the module docstring); `queue` is what the listener fills."""
 
-    def __init__(self, backend: Any, path: str, lease: Optional[str], *, flush_interval: float = 0.05,
+    def __init__(self, target: Optional[Writes], path: str, lease: Optional[str], *, flush_interval: float = 0.05,
                  max_queue: int = MAX_COST, max_batch: int = BATCH_COST, max_lag: float = MAX_LAG,
                  embedder: Any = None, on_written: Callable[[Batch], None] = lambda batch: None) -> None:
-        self.backend, self.path, self.lease = backend, path, lease
+        self.target, self.path, self.lease = target, path, lease  # (None: a read-only store, which never writes)
         self.queue = PieceQueue(max_queue, max_batch, max_lag)
         self.interval = flush_interval if flush_interval > 0 else 0.05
         self.embedder = embedder  # embeds finished runs' queries (load_snapshot's index; None: no embeddings)
-        self.journal_rows = getattr(backend, "journal_rows", False)  # step_journal rows go with what is written
+        self.journal_rows = target is not None and target.journal_rows  # step_journal rows go with what is written
         self.on_written = on_written  # told of each batch once it is in (on the writing thread)
         self.errors: list[BaseException] = []  # what went wrong since the last flush(), which raises it
         self._flushes = 0  # flush() calls waiting or writing: the thread leaves the queue to them
@@ -260,27 +261,27 @@ class Writer:
         attempt, waited, wait = 0, 0.0, FIRST_WAIT
         while True:
             try:
-                if attempt and self.backend.meta(f"batch:{self.lease}") == batch.token:
+                if attempt and self.target.meta(f"batch:{self.lease}") == batch.token:
                     break  # the answer to its commit was lost, not the commit
-                self.backend.insert(batch)
+                self.target.insert(batch)
                 break
             except Exception as err:
-                why = self.backend.transient(err)
+                why = self.target.transient(err)
                 if why is None:
                     raise
                 if waited >= PATIENCE:
                     raise StillFailing(f"{why} (still failing after {attempt + 1} tries in {waited:.1f} s)") from err
             try:
-                self.backend.reset_writer()
+                self.target.reset()
             except Exception:  # noqa: BLE001 - a server still away: the next attempt fails again and says why
                 pass
             time.sleep(wait)
             waited, wait, attempt = waited + wait, min(wait * 2, LONGEST_WAIT), attempt + 1
         try:  # the batch is in: nothing that fails now may write it again (it is said by the next flush())
-            journal = getattr(self.backend, "journal", None)
+            journal = self.target.journal
             if batch.position is not None and batch.position == getattr(journal, "size", None):  # all of it is in
                 journal.empty(batch.position,
-                              lambda: self.backend.writer_con.execute(META_SQL, ["journal_applied", "0"]))
+                              lambda: self.target.con.execute(META_SQL, ["journal_applied", "0"]))
             self.on_written(batch)
         except Exception as err:  # noqa: BLE001 - the journal replays nothing the tables hold (journal_applied)
             self.errors.append(err)

@@ -13,7 +13,7 @@ storing every request whole would hold (the characters of every request's messag
 a call keeping its own copy of the history would write). Also the ms per turn at the start and
 the end of the thread (each call still hashes the whole history it sends).
 
-    python bench/requests.py [--turns 1000] [--dir PATH]
+    python bench/model_requests.py [--turns 1000] [--dir PATH]
 
 Prints figures; asserts nothing.
 """
