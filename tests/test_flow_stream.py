@@ -287,3 +287,28 @@ def test_a_model_error_without_streaming_is_recorded_and_raised(server):
     assert run.status == "failed" and row["response"] is None and "HTTP 500" in row["error"]
     with pytest.raises(ModelError):
         chat(server, max_retries=0).complete([{"role": "user", "content": "hi"}])
+
+
+def test_a_listener_with_steps_false_hears_only_its_runs_start_and_end_and_the_others_every_step(tmp_path):
+    class Scope(BaseModel):
+        n: int = 0
+
+    def bump(s: Scope) -> None:
+        s.n += 1
+
+    class RunsOnly:
+        steps = False
+
+        def __init__(self) -> None:
+            self.heard: list[Any] = []
+
+        def __call__(self, event: Any) -> None:
+            self.heard.append(event)
+
+    runs_only, every = RunsOnly(), []  # type: ignore[var-annotated]
+    flow = Pipeline("two", Scope).then(bump, id="one").then(bump, id="two").build()
+    with Store(str(tmp_path / "l.duckdb")) as store:  # the store's own listener (durability "run") hears runs only
+        run = flow.run({}, store=store, listeners=[runs_only, every.append])
+        assert store.run(run.run_id).output.n == 2
+    assert [type(e) for e in runs_only.heard] == [RunStarted, RunFinished]
+    assert [type(e) for e in every] == [RunStarted, StepStarted, StepFinished, StepStarted, StepFinished, RunFinished]

@@ -12,7 +12,9 @@ Events carry ids and values (the recorded `Step`, `Read`s, `Write`s; the run's r
 `Run`, at its start and end), never the runner's own objects. Listeners are independent
 of one another's order: each keeps its own state. Tokens and requested tool calls come
 from `ctx.complete` and go to the stream only (`EventFeed`, which `flow.stream` attaches).
-A subflow's steps are events too, with the child run's id and `parent_run_id` set.
+A subflow's steps are events too, with the child run's id and `parent_run_id` set. A listener
+that needs only each run's start and end says so with an attribute `steps = False` (the store
+in its default durability): no step event is built for it.
 """
 from __future__ import annotations
 

@@ -58,6 +58,7 @@ class Execution:
         self.env: Mapping[str, Any] = MappingProxyType(dict(env)) if env else EMPTY
         self.salt = store.salt if store is not None else PROCESS_SALT
         self.listeners = list(listeners)
+        self.step_listeners: list[Listener] = []  # set as the run starts (`flow.stream` adds its listener before)
         self.secret_fields = bool(program.schema.secret)  # the scope has fields to mask in what is recorded
         self.resume = resume  # the run this one continues (a conversation thread)
         self.start = start  # where a resumed run or a fork starts (None: a fresh run)
@@ -84,6 +85,8 @@ class Execution:
 
     async def execute(self, raise_on_error: bool, async_mode: bool) -> Run:
         self.async_mode = async_mode
+        # the listeners that hear each step (one with `steps = False` hears the run's start and end only)
+        self.step_listeners = [listener for listener in self.listeners if getattr(listener, "steps", True)]
         run = self._begin_run()
         start = self.start
         if self.listeners:
@@ -120,6 +123,11 @@ class Execution:
     def emit(self, event: Any) -> None:
         """Hand an event to every listener."""
         for listener in self.listeners:
+            listener(event)
+
+    def emit_step(self, event: Any) -> None:
+        """Hand a step's event to the listeners that hear steps."""
+        for listener in self.step_listeners:
             listener(event)
 
     def _begin_run(self) -> Run:
@@ -186,8 +194,8 @@ class Execution:
         step = self.next_step = self.next_step + 1
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
-        if self.listeners:
-            self.emit(StepStarted(self.run.run_id, step, spec.id, spec.name, kind, iteration, self.run.parent_run_id))
+        if self.step_listeners:
+            self.emit_step(StepStarted(self.run.run_id, step, spec.id, spec.name, kind, iteration, self.run.parent_run_id))
         begun = Begun(spec, self.state, step, kind, iteration, self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id and kind not in MAPPED:  # (a map: parallel.py)
             deliver(begun, self.deliver, self.effects, self.run.run_id, True)
@@ -266,12 +274,12 @@ class Execution:
             run.decisions.append(decision)
         for table, row in rows:
             run.rows.setdefault(table, []).append(row)
-        if self.listeners:
-            self.emit(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
+        if self.step_listeners:
+            self.emit_step(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
                                    step.error, tuple(writes), step.started_at, step.ended_at, step, tuple(reads),
                                    decision, tuple(rows), run.parent_run_id))
             if decision is not None:
-                self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
+                self.emit_step(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
 
 
 EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop

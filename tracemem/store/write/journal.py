@@ -24,6 +24,7 @@ import os
 import struct
 import threading
 import zlib
+from json.encoder import encode_basestring_ascii as quoted
 from typing import Any, Iterable, Iterator, Optional, Protocol
 
 from ...record import Decision, Read, Step, Write
@@ -42,14 +43,15 @@ END = 2**31 - 1  # the step an `end` entry sorts after
 
 def _records(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write], decisions: Iterable[Decision],
              rows: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    return {"steps": [list(s) for s in steps], "reads": [list(r) for r in reads], "writes": [list(w) for w in writes],
+    # (records are named tuples, which JSON writes as arrays)
+    return {"steps": list(steps), "reads": list(reads), "writes": list(writes),
             "decisions": [[d.step, d.chosen, d.evidence] for d in decisions],
             "rows": [[t, r] for t, r in rows if not t.startswith("_")]}
 
 
 def _text(value: Any) -> str:
     """JSON as ASCII text: what any journal holds (a lone surrogate or a NUL escaped, never raw)."""
-    return json.dumps(value, default=_fallback)
+    return _ENCODER.encode(value)
 
 
 def _fallback(value: Any) -> str:
@@ -57,6 +59,9 @@ def _fallback(value: Any) -> str:
         return str(value)
     except Exception:  # noqa: BLE001 - a value whose str() raises is still journaled, as its type
         return f"<{type(value).__name__}>"
+
+
+_ENCODER = json.JSONEncoder(default=_fallback)  # (json.dumps with `default` would build one per call)
 
 
 def _rows(run: Run, since: Optional[dict[str, int]] = None) -> list[tuple[str, dict[str, Any]]]:
@@ -119,7 +124,7 @@ class FileJournal:
 
     def append(self, entry: Entry, sync: bool) -> int:
         """Append one entry (fdatasync'd when `sync`, on an `fsync=True` journal); its end position."""
-        data = json.dumps(entry).encode()
+        data = _framed(entry)
         frame = FRAME.pack(len(data), zlib.crc32(data)) + data
         with self.lock:
             try:
@@ -157,13 +162,29 @@ class FileJournal:
 
     def _header(self) -> None:
         """The first entry: whose journal this is (recovery.py moves a journal of another file aside)."""
-        data = json.dumps(("", 0, "journal", self.ident)).encode()
+        data = _framed(("", 0, "journal", self.ident))
         frame = FRAME.pack(len(data), zlib.crc32(data)) + data
         os.write(self._fd, frame)
         self.size += len(frame)
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def _framed(entry: Entry) -> bytes:
+    """An entry's bytes: its run id, step and kind as a JSON array, a newline, then its text as it is (JSON text
+    holds no raw newline, so the text is never escaped a second time)."""
+    run_id, step, kind, text = entry
+    return f"[{quoted(run_id)},{int(step)},{quoted(kind)}]\n{text}".encode()
+
+
+def _unframed(data: bytes) -> Entry:
+    """The entry `_framed` wrote (or, from a journal written before, one JSON array of all four)."""
+    head, newline, text = data.partition(b"\n")
+    if not newline:
+        return tuple(json.loads(data))  # type: ignore[return-value]
+    run_id, step, kind = json.loads(head)
+    return run_id, step, kind, text.decode()
 
 
 def read_entries(path: str, start: int) -> Iterator[tuple[Optional[Entry], int, Optional[str]]]:
@@ -189,6 +210,6 @@ def read_entries(path: str, start: int) -> Iterator[tuple[Optional[Entry], int, 
                 return
             pos += FRAME.size + size
             try:
-                yield tuple(json.loads(data)), pos, None  # type: ignore[misc]
-            except ValueError as err:
+                yield _unframed(data), pos, None
+            except (ValueError, TypeError) as err:
                 yield None, pos, f"an entry that is not JSON ({err})"

@@ -70,7 +70,7 @@ class StoreListener:
         if durability not in ("run", "stage"):
             raise TracememError(f"durability must be 'run' or 'stage', got {durability!r}")
         self.writer, self.journal, self.lease, self.recent = writer, journal, lease, recent
-        self.stage = durability == "stage"
+        self.stage = self.steps = durability == "stage"  # (durability "run" needs no step events: events.py)
         self.defer_sync = self.stage and getattr(journal, "fsync", False)  # a stage's sync waits for the next step
         self.unsynced = False
         self.resumed: dict[str, tuple[Any, ...]] = {}  # resumed runs: their record's counts when resumed

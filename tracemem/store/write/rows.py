@@ -132,6 +132,18 @@ def finish_params(run_id: str, end: dict[str, Any], cleaner: Optional[Cleaner] =
     return values + [end["ended_at"], end.get("trace_id"), end.get("span_id"), end["ended_at"], run_id]
 
 
+RUN_COLUMNS = tuple(c for c, _ in GIVEN["runs"])
+_KEPT_UNLESS_NEW = frozenset({"trace_id", "span_id"})  # as FINISH_SQL's coalesce: a resumed run keeps its trace
+
+
+def completed(row: tuple, end: dict[str, Any]) -> tuple:
+    """A runs row not written yet, with its run's end facts (`end_facts`) in it: what FINISH_SQL would
+    leave, without an UPDATE (a "stage" run's row and end usually go in the same batch)."""
+    values = dict(zip(RUN_COLUMNS, row))
+    values.update((c, v) for c, v in end.items() if c in values and (v is not None or c not in _KEPT_UNLESS_NEW))
+    return tuple(values.values())
+
+
 def extra_row(table: str, row: dict[str, Any]) -> tuple:
     cols = GIVEN[table]
     unknown = set(row) - {c for c, _ in COLUMNS[table]}
@@ -190,6 +202,7 @@ class Batch:
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.records: dict[str, tuple[list[str], list[tuple]]] = {t: ([], []) for t in COLUMNAR}  # run ids, records
         self.finished: list[tuple[str, dict[str, Any]]] = []  # runs rows to complete: (run_id, end facts)
+        self._row_at: dict[str, int] = {}  # run id → where its runs row is in `rows["runs"]`, while not written
         self.journaled: list[tuple[str, Optional[list[int]]]] = []  # step_journal rows it supersedes (None: all)
         self.position: Optional[int] = None  # how far a DuckDB file's journal the tables hold with this batch
         self.token: Optional[str] = None  # written with the batch: a retry after a lost commit answer looks for it
@@ -231,6 +244,7 @@ class Batch:
         run = piece.run
         self.runs[run.run_id] = run
         if piece.row is not None:
+            self._row_at[run.run_id] = len(self.rows["runs"])
             self.rows["runs"].append(piece.row)
         if records:
             steps, reads, writes, decisions, rows = piece.records
@@ -238,7 +252,11 @@ class Batch:
             if extra:
                 self.add_extra(rows)
         if piece.end is not None:
-            self.finished.append((run.run_id, piece.end))
+            at = self._row_at.get(run.run_id)
+            if at is None:  # its row is in the tables already
+                self.finished.append((run.run_id, piece.end))
+            else:
+                self.rows["runs"][at] = completed(self.rows["runs"][at], piece.end)
         if piece.position is not None:
             self.position = max(self.position or 0, piece.position)
 

@@ -84,27 +84,29 @@ class PieceQueue:
     def put(self, piece: Piece) -> None:
         """Queue a piece (waits while the queue is full); raises the store's failure once writing failed."""
         with self.cv:
-            if self._full(piece.cost):
+            now = time.monotonic()
+            if self._full(piece.cost, now):
                 self.producer_waits += 1
                 self._waiting += 1
                 try:
-                    while self._full(piece.cost):
+                    while self._full(piece.cost, now):
                         self.cv.notify_all()  # the writer must not sleep out its interval now
                         self.cv.wait(0.5)
+                        now = time.monotonic()
                 finally:
                     self._waiting -= 1
             if self.failure is not None:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
-            self._items.append((piece, time.monotonic(), self.seq))
+            self._items.append((piece, now, self.seq))
             self._cost += piece.cost
             self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self))
             if self._cost >= self.max_batch // 8:
                 self.cv.notify_all()
 
-    def _full(self, cost: int) -> bool:
+    def _full(self, cost: int, now: float) -> bool:
         return self.failure is None and not self.closed and bool(self._items) and (
-            self._cost + cost > self.max_queue or time.monotonic() - self._items[0][1] > self.max_lag)
+            self._cost + cost > self.max_queue or now - self._items[0][1] > self.max_lag)
 
     def wait_for_work(self, interval: float) -> bool:
         """For the writer's thread: sleep up to `interval` (after a failure: `RETRY_INTERVAL`) unless an eighth of a
