@@ -516,3 +516,23 @@ def test_the_writer_never_sleeps_out_its_interval_while_a_producer_waits_for_roo
         assert done.wait(30), "flow.run waited for the writer's 600 s interval"
         producer.join()
         assert store.writer.queue.producer_waits > 0
+
+
+def test_a_stage_runs_pieces_queued_one_after_another_are_written_as_one_and_a_flush_still_takes_them(tmp_path):
+    """The queue merges a piece into the one before it when both are of the same run (one piece per run to write);
+    the runs row goes in complete, with no UPDATE."""
+    class Count(BaseModel):
+        n: int = 0
+
+    flow = Pipeline("p", Count).then(lambda s: setattr(s, "n", s.n + 1), id="one").then(
+        lambda s: setattr(s, "n", s.n + 1), id="two").build()
+    with Store(str(tmp_path / "m.duckdb"), durability="stage", flush_interval=3600) as store:
+        queue = store.writer.queue
+        run = flow.run({}, store=store)
+        assert len(queue) == 1  # its begin, two stages and end: one piece
+        piece = queue._items[0][0]
+        assert [s.stage for s in piece.records[0]] == ["one", "two"] and piece.row is not None and piece.end
+        store.flush()
+        assert store.sql("SELECT status, duration_ms IS NOT NULL FROM runs").fetchall() == [("ok", True)]
+        assert store.run(run.run_id).output.n == 2
+        assert [s.stage for s in store.run(run.run_id).steps] == ["one", "two"]

@@ -189,6 +189,16 @@ class Piece(NamedTuple):
     position: Optional[int]
     cost: int
 
+    def merged(self, later: "Piece") -> "Piece":
+        """This piece and the next of its run as one (the queue merges a "stage" run's pieces while the writer
+        has not taken them: one piece per run to write, not one per stage). The records become lists that the
+        queue owns and extends from then on."""
+        records = self.records if isinstance(self.records[0], list) else tuple(list(r) for r in self.records)
+        for mine, added in zip(records, later.records):
+            mine.extend(added)
+        return Piece(self.run, self.row, records, later.end,
+                     self.position if later.position is None else later.position, self.cost + later.cost)
+
 
 class Batch:
     """Rows waiting to be inserted: `rows` per table, and for the hot tables their records (with a run id column

@@ -6,7 +6,8 @@ records, its end facts — and writes it as one transaction of Arrow tables per 
 batch has gathered, batch after batch while pieces keep coming; `flush()` writes the
 rest in the caller's thread. With each batch goes the journal position it reaches, so
 the journal (store/write/journal.py) replays, after a crash, exactly what the tables do
-not hold yet.
+not hold yet. A piece queued right after another of the same run joins it (a "stage" run's
+stages are written as one piece, not one each).
 
 The queue is bounded: a producer waits while it holds more than `max_queue` cost units
 (a unit is a row, or 64 characters of recorded text) or while its oldest piece has waited
@@ -98,7 +99,11 @@ class PieceQueue:
             if self.failure is not None:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
-            self._items.append((piece, now, self.seq))
+            last = self._items[-1] if self._items else None
+            if last is not None and last[0].run is piece.run and last[0].end is None and piece.row is None:
+                self._items[-1] = (last[0].merged(piece), last[1], last[2])  # a "stage" run's next piece
+            else:
+                self._items.append((piece, now, self.seq))
             self._cost += piece.cost
             self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self))
             if self._cost >= self.max_batch // 8:
@@ -248,8 +253,8 @@ class Writer:
             batch.add(piece, extra=level == "whole", records=level != "row only")
             if self.journal_rows:  # its step_journal rows: all of them once the run is whole in the tables
                 steps = piece.records[0]
-                batch.journaled.append((piece.run.run_id, None if piece.end is not None or (piece.row and steps)
-                                        else [0] if piece.row else [s.step for s in steps]))
+                batch.journaled.append((piece.run.run_id, None if piece.end is not None
+                                        else [0] * (piece.row is not None) + [s.step for s in steps]))
         ended = [p.run for p in pieces if (p.end is not None or p.records[0]) and p.run.query]
         if level == "whole" and ended and self.embedder is not None:
             batch.add_embeddings(embedding_rows(self.embedder, ended))
