@@ -120,14 +120,9 @@ class Execution:
         step path below, so they are bound on top of it (flow/kinds.py: `Runner`), not imported here."""
         raise NotImplementedError
 
-    def emit(self, event: Any) -> None:
-        """Hand an event to every listener."""
-        for listener in self.listeners:
-            listener(event)
-
-    def emit_step(self, event: Any) -> None:
-        """Hand a step's event to the listeners that hear steps."""
-        for listener in self.step_listeners:
+    def emit(self, event: Any, listeners: Optional[Sequence[Listener]] = None) -> None:
+        """Hand an event to every listener (a step's event: to `step_listeners`)."""
+        for listener in self.listeners if listeners is None else listeners:
             listener(event)
 
     def _begin_run(self) -> Run:
@@ -195,7 +190,8 @@ class Execution:
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
         if self.step_listeners:
-            self.emit_step(StepStarted(self.run.run_id, step, spec.id, spec.name, kind, iteration, self.run.parent_run_id))
+            self.emit(StepStarted(self.run.run_id, step, spec.id, spec.name, kind, iteration, self.run.parent_run_id),
+                      self.step_listeners)
         begun = Begun(spec, self.state, step, kind, iteration, self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id and kind not in MAPPED:  # (a map: parallel.py)
             deliver(begun, self.deliver, self.effects, self.run.run_id, True)
@@ -275,11 +271,12 @@ class Execution:
         for table, row in rows:
             run.rows.setdefault(table, []).append(row)
         if self.step_listeners:
-            self.emit_step(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
+            self.emit(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
                                    step.error, tuple(writes), step.started_at, step.ended_at, step, tuple(reads),
-                                   decision, tuple(rows), run.parent_run_id))
+                                   decision, tuple(rows), run.parent_run_id), self.step_listeners)
             if decision is not None:
-                self.emit_step(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence))
+                self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence),
+                          self.step_listeners)
 
 
 EDITS = Instruction("stage", "(edit)")  # where a fork's edit step sits: outside every branch and loop
