@@ -2,9 +2,10 @@
 
 A background thread takes what is queued — each a `Piece` of a run: its runs row, its
 records, its end facts — and writes it as one transaction of Arrow tables per batch
-(store/write/rows.py), within `flush_interval` seconds, or at once when an eighth of a
-batch has gathered, batch after batch while pieces keep coming; `flush()` writes the
-rest in the caller's thread. With each batch goes the journal position it reaches, so
+(store/write/rows.py): it wakes every `flush_interval` seconds, or at once when a batch's
+worth has gathered or a producer waits for room, and writes what is queued then (fewer,
+fuller batches: each DuckDB call from this thread takes the GIL from the runs being
+recorded); `flush()` writes the rest in the caller's thread. With each batch goes the journal position it reaches, so
 the journal (store/write/journal.py) replays, after a crash, exactly what the tables do
 not hold yet. A piece queued right after another of the same run joins it (a "stage" run's
 stages are written as one piece, not one each).
@@ -106,7 +107,7 @@ class PieceQueue:
                 self._items.append((piece, now, self.seq))
             self._cost += piece.cost
             self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self))
-            if self._cost >= self.max_batch // 8:
+            if self._cost >= self.max_batch:
                 self.cv.notify_all()
 
     def _full(self, cost: int, now: float) -> bool:
@@ -114,11 +115,11 @@ class PieceQueue:
             self._cost + cost > self.max_queue or now - self._items[0][1] > self.max_lag)
 
     def wait_for_work(self, interval: float) -> bool:
-        """For the writer's thread: sleep up to `interval` (after a failure: `RETRY_INTERVAL`) unless an eighth of a
-        batch has gathered or a producer waits; False once closed."""
+        """For the writer's thread: sleep up to `interval` (after a failure: `RETRY_INTERVAL`) unless a batch's
+        worth has gathered or a producer waits; False once closed."""
         with self.cv:
             if not self.closed and not self._waiting and (self.failure is not None or
-                                                          self._cost < self.max_batch // 8):
+                                                          self._cost < self.max_batch):
                 self.cv.wait(RETRY_INTERVAL if self.failure is not None else interval)
             return not self.closed
 
@@ -192,10 +193,11 @@ class Writer:
 
     # -- writing -----------------------------------------------------------------------------
     def drain(self, chase: bool = False) -> None:
-        """Write what is queued now, batch after batch (stops at a failure of the file). `chase` (the thread):
-        also what is queued meanwhile, until a flush() waits (then the flush writes the rest itself)."""
+        """Write what is queued now, batch after batch (stops at a failure of the file). `chase` (the thread): stop
+        when a flush() waits (the flush writes the rest itself). What is queued meanwhile waits for the thread's
+        next wake-up: fewer, fuller batches take the GIL from the runs being recorded less often."""
         with self._write_lock:
-            upto = None if chase else self.queue.seq
+            upto = self.queue.seq
             while not (chase and self._flushes):
                 pieces = self.queue.take(upto)
                 if not pieces or not self._write(pieces):
