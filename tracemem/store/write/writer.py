@@ -2,13 +2,13 @@
 
 A background thread takes what is queued — each a `Piece` of a run: its runs row, its
 records, its end facts — and writes it as one transaction of Arrow tables per batch
-(store/write/rows.py): it wakes every `flush_interval` seconds, or at once when a batch's
-worth has gathered or a producer waits for room, and writes what is queued then (fewer,
-fuller batches: each DuckDB call from this thread takes the GIL from the runs being
-recorded); `flush()` writes the rest in the caller's thread. With each batch goes the journal position it reaches, so
-the journal (store/write/journal.py) replays, after a crash, exactly what the tables do
-not hold yet. A piece queued right after another of the same run joins it (a "stage" run's
-stages are written as one piece, not one each).
+(store/write/rows.py). It wakes every `flush_interval` seconds, or at once when a batch's
+worth has gathered or a producer waits for room, and writes what is queued then: few, full
+batches, since each DuckDB call from this thread takes the GIL from the runs being recorded.
+`flush()` writes the rest in the caller's thread. With each batch goes the journal position
+it reaches, so the journal (store/write/journal.py) replays, after a crash, exactly what the
+tables do not hold yet. A piece queued right after another of the same run joins it (a
+"stage" run's stages are written as one piece, not one each).
 
 The queue is bounded: a producer waits while it holds more than `max_queue` cost units
 (a unit is a row, or 64 characters of recorded text) or while its oldest piece has waited
