@@ -19,8 +19,9 @@ demo: install
 	$(VENV)/bin/tracemem demo --db demo.duckdb --fresh
 
 # Two pytest workers (pytest-xdist): the suite spends much of its time starting subprocesses and waiting on
-# them, so two workers finish sooner than one on two cores (254 s against 383 s when last compared). Measured on
-# 2026-12-04 with the 2 cores shared (load average 13 to 32 during the run): 605 s, about 10 minutes.
+# them, so two workers finish sooner than one on two cores. Measured on 2026-12-05 on 2 cores: 166 s on a
+# quiet machine (load average 1.3); from a fresh clone with three busy-loop processes on the same cores (load
+# average 5.6 to 6.6), 435 s the first time (its install included), then 374 s and 357 s.
 test: install
 	$(PY) -m pytest -n 2
 
