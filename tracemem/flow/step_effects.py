@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Optional
+from contextlib import contextmanager
+from typing import Any, Awaitable, Callable, Iterator, Mapping, NamedTuple, Optional
 
 from ..scope.recorder import StepRecorder
 from .effects import EffectPolicy, effect_hash, replayed_result
@@ -48,13 +49,8 @@ class StepEffects:
         if isinstance(ready, Replayed):
             return ready.result
         started = time.time_ns()
-        try:
+        with self._failure_recorded(ready, started):
             result = fn(ready.key)
-        except PauseSignal:  # it asked a person before making anything: no effect to record
-            raise
-        except Exception as err:
-            self.record(ready, "live", None, f"{type(err).__name__}: {err}", started)
-            raise
         self.record(ready, "live", result, None, started)
         return result
 
@@ -65,15 +61,22 @@ class StepEffects:
         if isinstance(ready, Replayed):
             return ready.result
         started = time.time_ns()
-        try:
+        with self._failure_recorded(ready, started):
             result = await fn(ready.key)
+        self.record(ready, "live", result, None, started)
+        return result
+
+    @contextmanager
+    def _failure_recorded(self, making: Making, started: int) -> Iterator[None]:
+        """Around making an effect live: an error it raises is recorded as its row (one that asked a person
+        first made nothing, so it has none)."""
+        try:
+            yield
         except PauseSignal:
             raise
         except Exception as err:
-            self.record(ready, "live", None, f"{type(err).__name__}: {err}", started)
+            self.record(making, "live", None, f"{type(err).__name__}: {err}", started)
             raise
-        self.record(ready, "live", result, None, started)
-        return result
 
     def begin(self, kind: str, name: str, input: Any, key: Optional[str]) -> Replayed | Making:
         """A replayed effect, or what making it needs; pauses the run instead when it replays a record that

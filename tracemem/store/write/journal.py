@@ -179,10 +179,10 @@ def _framed(entry: Entry) -> bytes:
 
 
 def _unframed(data: bytes) -> Entry:
-    """The entry `_framed` wrote (or, from a journal written before, one JSON array of all four)."""
+    """The entry `_framed` wrote."""
     head, newline, text = data.partition(b"\n")
     if not newline:
-        return tuple(json.loads(data))  # type: ignore[return-value]
+        raise ValueError("no line with its run id, step and kind")
     run_id, step, kind = json.loads(head)
     return run_id, step, kind, text.decode()
 
