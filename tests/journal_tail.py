@@ -1,19 +1,15 @@
-"""For tests that damage a journal by hand: write bytes where the next record would go.
+"""For tests that damage a journal by hand: write bytes where the next entry would go.
 
-A mapped segment (store/mapped_tail.py) is sized to its whole length, zeros after its last
-record, so "the end of the file" is not where a process killed mid-append leaves its bytes.
+A journal's space is allocated ahead (zeros after its last entry), so "the end of the file" is
+not where a process killed mid-append leaves its bytes.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from tracemem.store.log_format import read_segment
+from tracemem.store.write.journal import entries_end
 
 
-def write_at_tail(segment: Path, data: bytes) -> None:
-    """Write `data` right after the last valid record of `segment` (the last segment of its journal)."""
-    start = int(segment.stem, 16)
-    _, end, _ = read_segment(segment, start, None, None, 1 << 30)
-    with open(segment, "r+b") as f:
-        f.seek(end - start)
+def write_at_tail(journal: str, data: bytes) -> None:
+    """Write `data` right after the last whole entry of the journal file at `journal`."""
+    with open(journal, "r+b") as f:
+        f.seek(entries_end(journal))
         f.write(data)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import duckdb
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
 from tracemem.store.write.journal import FRAME, read_entries
+
+from journal_tail import write_at_tail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -181,8 +184,8 @@ def test_a_damaged_journal_record_is_reported_never_applied_and_named_on_its_run
 def test_a_journal_record_that_is_no_entry_is_reported_never_applied(tmp_path):
     path, run_id = _crashed_file(tmp_path)
     data = b"not json at all"
-    with open(path + ".journal", "ab") as f:  # its checksum is right: only decoding can tell
-        f.write(FRAME.pack(len(data), __import__("zlib").crc32(data)) + data)
+    write_at_tail(path + ".journal", FRAME.pack(len(data), zlib.crc32(data)) + data)  # (its checksum is right:
+    # only decoding can tell)
     said: list[str] = []
     with Store(path, log=said.append) as store:
         assert [s.stage for s in store.run(run_id).steps] == ["one", "two"]
