@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import STAGES, build_flow  # noqa: E402
 from tracemem.store import Store  # noqa: E402
 from tracemem.store.write.journal import FileJournal, run_entry  # noqa: E402
+from tracemem.store.write.rows import run_records  # noqa: E402
 
 
 def timed(fn: Callable[[], Any], runs: int, after: Callable[[], None] = lambda: None) -> float:
@@ -55,7 +56,7 @@ def journal_appends(flow: Any, runs: int, folder: str) -> Callable[[], float]:
         try:
             start = time.perf_counter()
             for run in done:
-                log.append(run_entry(run, "bench"), sync=True)
+                log.append(run_entry(run, "bench", run_records(run)), sync=True)
             return (time.perf_counter() - start) / runs
         finally:
             log.close()

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.overhead import build_flow  # noqa: E402
 from tracemem.record import Read, Step, Write  # noqa: E402
 from tracemem.store.write.listener import cost_of  # noqa: E402
-from tracemem.store.write.rows import Piece, run_row  # noqa: E402
+from tracemem.store.write.rows import Piece, RunFacts, run_records, run_row  # noqa: E402
 
 Entry = tuple[str, Step, list[Read], list[Write]]
 
@@ -31,8 +31,9 @@ def real_entries() -> tuple[list[Entry], Any]:
 
 def queue_whole(store: Any, run: Any) -> None:
     """Queue a finished run for the store's writer as one piece, past the journal: what the ingest figures time."""
-    records = (tuple(run.steps), tuple(run.reads), tuple(run.writes), tuple(run.decisions), ())
-    store.writer.queue.put(Piece(run, run_row(run, store.lease), records, None, None, cost_of(run, records)))
+    records = run_records(run)
+    store.writer.queue.put(Piece(RunFacts.of(run), run_row(run, store.lease), records, None, None,
+                                 cost_of(run, records)))
 
 
 class Bench:

@@ -13,7 +13,6 @@ import sys
 import textwrap
 import threading
 import time
-from typing import Optional
 
 import pytest
 from pydantic import BaseModel
@@ -22,7 +21,7 @@ from tracemem import Pipeline, TracememError
 from tracemem.errors import StoreError
 from tracemem.store import Store, StoreLockedError
 from tracemem.store.write.listener import cost_of
-from tracemem.store.write.rows import Piece
+from tracemem.store.write.rows import Piece, RunFacts
 from tracemem.store.write.writer import Writer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -261,7 +260,7 @@ def test_a_batch_never_takes_more_than_its_bound():
     run = Pipeline("five", Five).then(five).build().run({})
 
     def piece(cost: int) -> Piece:
-        return Piece(run, ("row",), ((), (), (), (), ()), None, None, cost)
+        return Piece(RunFacts.of(run), ("row",), ((), (), (), (), ()), None, None, cost)
 
     for cost in (60, 30, 30, 10, 10, 10, 10, 10, 10):
         writer.queue.put(piece(cost))
@@ -528,7 +527,7 @@ def test_a_stage_runs_pieces_queued_one_after_another_are_written_as_one_and_a_f
         run = flow.run({}, store=store)
         assert len(queue) == 1  # its begin, two stages and end: one piece
         piece = queue._items[0][0]
-        assert [s.stage for s in piece.records[0]] == ["one", "two"] and piece.row is not None and piece.end
+        assert [s[1] for s in piece.records[0]] == ["one", "two"] and piece.row is not None and piece.end
         store.flush()
         assert store.sql("SELECT status, duration_ms IS NOT NULL FROM runs").fetchall() == [("ok", True)]
         assert store.run(run.run_id).output.n == 2

@@ -20,7 +20,6 @@ import shutil
 import threading
 import weakref
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, Callable, Iterator, Optional
 
 import duckdb
@@ -37,7 +36,7 @@ from .tables import open_schema
 from .read.user_sql import UserSQL
 from .write.journal import FileJournal
 from .write.recovery import recover_file
-from .write.rows import insert_batch
+from .write.rows import Batch
 
 __all__ = ["DuckBackend"]
 
@@ -216,7 +215,10 @@ class DuckWrites:
     def __init__(self, file_con: duckdb.DuckDBPyConnection, journal: Optional[FileJournal]) -> None:
         self.file_con, self.journal = file_con, journal
         self.con = file_con.cursor()
-        self.insert = partial(insert_batch, self.con)  # a batch, on this connection (store/write/rows.py)
+
+    def insert(self, batch: Batch) -> None:
+        """A batch, on this connection (store/write/rows.py)."""
+        batch.insert(self.con)
 
     def meta(self, key: str) -> Optional[str]:
         """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
@@ -237,7 +239,6 @@ class DuckWrites:
             pass
         self.con.close()  # (rolls back whatever it had open)
         self.con = self.file_con.cursor()
-        self.insert = partial(insert_batch, self.con)
 
     def close(self) -> None:
         self.con.close()

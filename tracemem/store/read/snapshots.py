@@ -15,15 +15,15 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ...errors import TracememError
-from ...run import Run
 
 Follow = Callable[[str, str, int], tuple[int, list[tuple[str, str, Any]]]]
 
 
-def embedding_rows(embedder: Any, runs: Sequence[Run]) -> list[tuple]:
+def embedding_rows(embedder: Any, runs: Sequence[Any]) -> list[tuple]:
     """`run_embeddings` rows for the finished, successful runs that carry a query (one embedder call
     for all): a failed run is never offered to load_snapshot as past experience, nor a counterfactual
-    run (a what-if, not something that happened)."""
+    run (a what-if, not something that happened). Each run is a `Run`, or what the writer keeps of one
+    (its run id, pipeline, query, status, parent run id and counterfactual)."""
     todo = [r for r in runs if r.query and r.parent_run_id is None and r.status == "ok" and r.counterfactual is None]
     if not todo or embedder is None:
         return []

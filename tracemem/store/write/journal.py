@@ -29,16 +29,14 @@ import struct
 import threading
 import zlib
 from json.encoder import encode_basestring_ascii as quoted
-from typing import Any, Iterable, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol
 
 import orjson
 
-from ...record import Decision, Read, Step, Write
 from ...run import Run
-from .rows import end_facts, run_row
+from .rows import Records, end_facts, run_row
 
-__all__ = ["Entry", "Journal", "FileJournal", "run_entry", "begin_entry", "step_entry", "part_entry",
-           "end_entry", "MAX_ENTRY"]
+__all__ = ["Entry", "Journal", "FileJournal", "run_entry", "begin_entry", "step_entry", "end_entry", "MAX_ENTRY"]
 
 Entry = tuple[str, int, str, str]
 """A journal entry: (run id, step, kind, JSON text) — also the columns of a `step_journal` row."""
@@ -49,11 +47,9 @@ ALLOCATE = (64 << 10, 4 << 20)  # the least and most bytes of the journal's file
 END = 2**31 - 1  # the step an `end` entry sorts after
 
 
-def _records(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write], decisions: Iterable[Decision],
-             rows: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    # (records are named tuples, written as arrays: as plain tuples, which orjson takes)
-    return {"steps": [tuple(s) for s in steps], "reads": [tuple(r) for r in reads], "writes": [tuple(w) for w in writes],
-            "decisions": [[d.step, d.chosen, d.evidence] for d in decisions],
+def _records(records: Records) -> dict[str, Any]:
+    steps, reads, writes, decisions, rows = records
+    return {"steps": steps, "reads": reads, "writes": writes, "decisions": [[d.step, d.chosen, d.evidence] for d in decisions],
             "rows": [[t, r] for t, r in rows if not t.startswith("_")]}
 
 
@@ -84,15 +80,9 @@ _ENCODER = json.JSONEncoder(default=_fallback)  # (json.dumps with `default` wou
 _AS_STDLIB = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # str() of these, as `json` does
 
 
-def _rows(run: Run, since: Optional[dict[str, int]] = None) -> list[tuple[str, dict[str, Any]]]:
-    since = since or {}
-    return [(t, r) for t, rows in run.rows.items() for r in rows[since.get(t, 0):]]
-
-
-def run_entry(run: Run, lease: Optional[str]) -> Entry:
-    """A whole run (durability "run"): its runs row and every record."""
-    return (run.run_id, 0, "run", _text({"run": list(run_row(run, lease)), **_records(
-        run.steps, run.reads, run.writes, run.decisions, _rows(run))}))
+def run_entry(run: Run, lease: Optional[str], records: Records) -> Entry:
+    """A whole run (durability "run"): its runs row and every record (`run_records(run)`)."""
+    return (run.run_id, 0, "run", _text({"run": list(run_row(run, lease)), **_records(records)}))
 
 
 def begin_entry(run: Run, lease: Optional[str]) -> Entry:
@@ -100,19 +90,10 @@ def begin_entry(run: Run, lease: Optional[str]) -> Entry:
     return (run.run_id, 0, "begin", _text({"run": list(run_row(run, lease))}))
 
 
-def step_entry(run_id: str, step: Step, reads: Iterable[Read], writes: Iterable[Write], decision: Optional[Decision],
-               rows: Iterable[tuple[str, dict[str, Any]]]) -> Entry:
-    """One finished stage (durability "stage")."""
-    return (run_id, step.step, "step", _text(_records([step], reads, writes, [decision] if decision else [], rows)))
-
-
-def part_entry(run: Run, mark: tuple[Any, ...]) -> Entry:
-    """What a resumed run added after `mark` (its counts of steps, reads, writes, decisions and rows by table
-    when it was resumed)."""
-    steps, reads, writes, decisions, rows = mark[:5]
-    first = run.steps[steps].step if len(run.steps) > steps else 0
-    return (run.run_id, first, "step", _text(_records(run.steps[steps:], run.reads[reads:], run.writes[writes:],
-                                                      run.decisions[decisions:], _rows(run, rows))))
+def step_entry(run_id: str, records: Records) -> Entry:
+    """Finished stages: one (durability "stage"), or what a resumed run added."""
+    steps = records[0]
+    return (run_id, steps[0][0] if steps else 0, "step", _text(_records(records)))
 
 
 def end_entry(run: Run) -> Entry:

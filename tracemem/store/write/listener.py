@@ -24,8 +24,8 @@ from typing import Any, Optional
 from ...errors import StoreError, TracememError
 from ...flow.events import RunFailedEvent, RunFinished, RunPaused, RunStarted, StepFinished, StepStarted
 from ...run import Run
-from .journal import Entry, begin_entry, end_entry, part_entry, run_entry, step_entry
-from .rows import Piece, end_facts, run_row
+from .journal import Entry, begin_entry, end_entry, run_entry, step_entry
+from .rows import Piece, Records, RunFacts, end_facts, plain_records, run_records, run_row
 from .writer import Writer
 
 __all__ = ["StoreListener", "Recent", "cost_of"]
@@ -107,8 +107,9 @@ class StoreListener:
         if run is None or event.record is None:
             return
         step = event.record
-        records = ((step,), event.reads, event.writes, (event.decision,) if event.decision else (), event.rows)
-        entry = step_entry(run.run_id, step, event.reads, event.writes, event.decision, event.rows)
+        records = plain_records((step,), event.reads, event.writes, (event.decision,) if event.decision else (),
+                                event.rows)
+        entry = step_entry(run.run_id, records)
         self._put(run, entry, None, records, None, cost_of(run, records, whole=False), sync=not self.defer_sync)
         self.unsynced = self.defer_sync
 
@@ -117,47 +118,36 @@ class StoreListener:
         if self.stage or mark is not None:  # its runs row is in: it gets what came since, and its end facts
             self.runs.pop(run.run_id, None)
             if mark is not None and not self.stage:  # (a "stage" run's steps went one by one)
-                part = _since(run, mark)
-                self._put(run, part_entry(run, mark), None, part, None, cost_of(run, part), sync=False)
+                part = run_records(run, since=mark)
+                self._put(run, step_entry(run.run_id, part), None, part, None, cost_of(run, part), sync=False)
             self._put(run, end_entry(run), None, NOTHING, end_facts(run), 1)
         else:
-            records = (tuple(run.steps), tuple(run.reads), tuple(run.writes), tuple(run.decisions), _rows(run))
-            self._put(run, run_entry(run, self.lease), run_row(run, self.lease), records, None, cost_of(run, records))
+            records = run_records(run)
+            self._put(run, run_entry(run, self.lease, records), run_row(run, self.lease), records, None,
+                      cost_of(run, records))
         self.unsynced = False
         if run.status in ("ok", "paused") and run.parent_run_id is None:
             self.recent.add(run)
 
-    def _put(self, run: Run, entry: Entry, row: Optional[tuple], records: tuple, end: Optional[dict[str, Any]],
+    def _put(self, run: Run, entry: Entry, row: Optional[tuple], records: Records, end: Optional[dict[str, Any]],
              cost: int, sync: bool = True) -> None:
         """Journal an entry, then queue its piece (under the journal's lock: the writer meets them in order)."""
         if self.journal is None:
-            self.writer.queue.put(Piece(run, row, records, end, None, cost))
+            self.writer.queue.put(Piece(RunFacts.of(run), row, records, end, None, cost))
             return
         with self.journal.lock:
             try:
                 position = self.journal.append(entry, sync)
             except OSError as err:  # the journal's disk: the store stops accepting runs, loudly
                 raise self.writer.stop_accepting(err, f"journaling run {run.run_id}") from err
-            self.writer.queue.put(Piece(run, row, records, end, position, cost))
+            self.writer.queue.put(Piece(RunFacts.of(run), row, records, end, position, cost))
 
 
-def _rows(run: Run, since: Optional[dict[str, int]] = None) -> tuple:
-    since = since or {}
-    return tuple((t, r) for t, rows in run.rows.items() for r in rows[since.get(t, 0):])
-
-
-def _since(run: Run, mark: tuple[Any, ...]) -> tuple:
-    """What a resumed run recorded after `mark`."""
-    steps, reads, writes, decisions, rows = mark[:5]
-    return (tuple(run.steps[steps:]), tuple(run.reads[reads:]), tuple(run.writes[writes:]),
-            tuple(run.decisions[decisions:]), _rows(run, rows))
-
-
-def cost_of(run: Run, records: tuple, whole: bool = True) -> int:
+def cost_of(run: Run, records: Records, whole: bool = True) -> int:
     """The writer's work for a piece: rows, plus one per 64 characters of recorded text (a `whole` piece has the
     run's input and output too)."""
     steps, reads, writes, decisions, rows = records
-    text = sum(len(w.value) for w in writes if w.value)
+    text = sum(len(w[4]) for w in writes if w[4])  # (plain tuples: a write's value is its fifth item)
     if whole:
         text += len(run.input_json or "") + len(run.output_json or "")
     return 1 + len(steps) + len(reads) + len(writes) + len(decisions) + len(rows) + text // 64

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ...dbmeta import get_meta, set_meta
 from ...record import Decision, Read, Step, Write
 from ...text import clip
 from .journal import Entry, read_entries
-from .rows import GIVEN, Batch, padded_run_row
+from .rows import GIVEN, Batch
 
 __all__ = ["replay", "recover_rows", "recover_file"]
 
@@ -53,6 +53,11 @@ def replay(entries: Iterable[Entry]) -> tuple[Batch, dict[str, Optional[dict[str
         if kind == "run":
             ends[run_id] = None
     return batch, ends
+
+
+def padded_run_row(row: Sequence[Any]) -> tuple:
+    """A runs row journaled by an older version (fewer columns), padded with NULLs."""
+    return tuple(row) + (None,) * (len(GIVEN["runs"]) - len(row))
 
 
 def _new_only(con: Any, batch: Batch) -> None:

@@ -1,16 +1,13 @@
-"""Rows: what the writer inserts, as one columnar transaction per batch.
+"""Rows: what the writer inserts, as one columnar transaction per batch, from the pieces of runs it queued.
 
 Rows are collected as Python tuples and inserted per table as one Arrow table
-(`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only
-hundreds of rows a second, Arrow batches hundreds of thousands. `COLUMNS` is the
-one list of every run table's columns and types: the journal, the loader and
-retention all read it from here. `duration_ms` of runs, steps and model_calls is
-derived when a batch is inserted, never carried in the rows: from the recorded
-ns timestamps (a model call: its measured latency).
-
-A value Arrow or DuckDB cannot hold (see store/write/storable.py) fails the fast path;
-the batch is then built again with every value checked, and each change is noted
-on its run (`runs.notes`), in the same transaction as the rows themselves. With the
+(`INSERT INTO t SELECT * FROM batch`): row-by-row `executemany` manages only hundreds of
+rows a second, Arrow batches hundreds of thousands. `COLUMNS` is the one list of every run
+table's columns and types (the journal, the loader and retention read it from here).
+`duration_ms` of runs, steps and model_calls is derived when a batch is inserted, from the
+recorded ns timestamps (a model call: its measured latency). A value Arrow or DuckDB cannot
+hold (store/write/storable.py) fails the fast path; the batch is then built again with every
+value checked, each change noted on its run (`runs.notes`) in the same transaction. With the
 rows goes what the journal may forget: the position a DuckDB file's journal reached
 (`journal_applied`), or PostgreSQL's `step_journal` rows of what the batch writes.
 """
@@ -103,11 +100,6 @@ def run_row(run: Run, lease: Optional[str] = None) -> tuple:
             run.thread_id, lease, list(run.notes) or None, run.kind)
 
 
-def padded_run_row(row: Sequence[Any]) -> tuple:
-    """A runs row journaled by an older version (fewer columns), padded with NULLs."""
-    return tuple(row) + (None,) * (len(GIVEN["runs"]) - len(row))
-
-
 def end_facts(run: Run) -> dict[str, Any]:
     """What the runs row learns when a run ends."""
     return {"status": run.status, "error": run.error, "ended_at": run.ended_at, "output": run.output_json,
@@ -177,26 +169,63 @@ def table_arrays(table: str, columns: Sequence[Sequence[Any]]) -> dict[str, pa.A
 COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
 
 
+Records = tuple[Sequence[tuple], Sequence[tuple], Sequence[tuple], Sequence[Decision], Sequence[tuple[str, dict]]]
+"""A run's records, or some: steps, reads, writes (plain tuples), decisions, extra rows as (table, row)."""
+
+
+def plain_records(steps: Iterable[Step], reads: Iterable[Read], writes: Iterable[Write],
+                  decisions: Iterable[Decision], rows: Iterable[tuple[str, dict[str, Any]]]) -> Records:
+    """Records as the writer's queue holds them: steps, reads and writes as plain tuples, which the garbage
+    collector stops tracking (named tuples it tracks for as long as they live, and a queued run's would
+    live long enough to make its full collections come several times as often)."""
+    return (tuple(map(tuple, steps)), tuple(map(tuple, reads)), tuple(map(tuple, writes)), tuple(decisions),
+            tuple(rows))
+
+
+def run_records(run: Run, since: Optional[tuple[Any, ...]] = None) -> Records:
+    """A run's records (`plain_records`), all of them or those after `since` (a resumed run's counts of steps,
+    reads, writes, decisions and rows by table when it was resumed)."""
+    steps, reads, writes, decisions, rows = since[:5] if since is not None else (0, 0, 0, 0, {})
+    return plain_records(run.steps[steps:], run.reads[reads:], run.writes[writes:], run.decisions[decisions:],
+                         [(t, r) for t, made in run.rows.items() for r in made[rows.get(t, 0):]])
+
+
+class RunFacts(NamedTuple):
+    """What the writer needs of a live run: not the run itself, which a queued piece would keep alive (with its
+    whole record) after the caller has let it go. `notes` is the run's own list: notes the writer adds reach it."""
+
+    run_id: str
+    pipeline: str
+    notes: list[str]
+    query: Optional[str]
+    status: str
+    parent_run_id: Optional[str]
+    counterfactual: Any
+
+    @classmethod
+    def of(cls, run: Run) -> "RunFacts":
+        return cls(run.run_id, run.pipeline, run.notes, run.query, run.status, run.parent_run_id, run.counterfactual)
+
+
 class Piece(NamedTuple):
     """What the writer puts into the tables for a run, at one time: its runs row (`row`: a new run's, a
-    "stage" run's as it began), records (`records`: steps, reads, writes, decisions, rows by table), and end
-    facts (`end`: completing a runs row written before). `position`: the journal's, once it is in."""
+    "stage" run's as it began), records (`records`), and end facts (`end`: completing a runs row written
+    before). `position`: the journal's, once it is in."""
 
-    run: Run  # the live run (notes the writer adds reach it)
+    run: RunFacts
     row: Optional[tuple]
-    records: tuple[Sequence[Any], Sequence[Any], Sequence[Any], Sequence[Any], Sequence[Any]]
+    records: Records
     end: Optional[dict[str, Any]]
     position: Optional[int]
     cost: int
 
     def merged(self, later: "Piece") -> "Piece":
-        """This piece and the next of its run as one (the queue merges a "stage" run's pieces while the writer
-        has not taken them: one piece per run to write, not one per stage). The records become lists that the
-        queue owns and extends from then on."""
+        """This piece and the next of its run as one (the queue merges a "stage" run's pieces while queued); the
+        records become lists that the queue owns and extends from then on."""
         records = self.records if isinstance(self.records[0], list) else tuple(list(r) for r in self.records)
         for mine, added in zip(records, later.records):
             mine.extend(added)
-        return Piece(self.run, self.row, records, later.end,
+        return Piece(later.run, self.row, records, later.end,
                      self.position if later.position is None else later.position, self.cost + later.cost)
 
 
@@ -207,7 +236,7 @@ class Batch:
 
     def __init__(self, lease: Optional[str] = None) -> None:
         self.lease = lease  # the store opening whose runs rows this batch writes
-        self.runs: dict[str, Run] = {}  # the live runs this batch holds rows of (told about notes it adds)
+        self.runs: dict[str, RunFacts] = {}  # the live runs this batch holds rows of (told about notes it adds)
         self.notes: dict[str, list[str]] = {}  # notes to add to runs rows already in the file (recovery)
         self.rows: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.records: dict[str, tuple[list[str], list[tuple]]] = {t: ([], []) for t in COLUMNAR}  # run ids, records
@@ -334,11 +363,6 @@ class Batch:
         except BaseException:
             rollback(con)
             raise
-
-
-def insert_batch(con: Any, batch: Batch) -> None:
-    """`batch.insert(con)`: how a DuckDB backend inserts (store/duck.py)."""
-    batch.insert(con)
 
 
 META_SQL = "INSERT INTO tracemem_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"

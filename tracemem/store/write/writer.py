@@ -35,7 +35,6 @@ from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
 from ...errors import StoreError, TracememError
-from ...run import Run
 from ...text import clip
 from ..backend import Writes
 from ..diagnose import first_line, storage_failure
@@ -101,7 +100,7 @@ class PieceQueue:
                 raise StoreError(str(self.failure)) from self.failure.__cause__
             self.seq += 1
             last = self._items[-1] if self._items else None
-            if last is not None and last[0].run is piece.run and last[0].end is None and piece.row is None:
+            if last is not None and last[0].run.run_id == piece.run.run_id and last[0].end is None and piece.row is None:
                 self._items[-1] = (last[0].merged(piece), last[1], last[2])  # a "stage" run's next piece
             else:
                 self._items.append((piece, now, self.seq))
@@ -256,7 +255,7 @@ class Writer:
             if self.journal_rows:  # its step_journal rows: all of them once the run is whole in the tables
                 steps = piece.records[0]
                 batch.journaled.append((piece.run.run_id, None if piece.end is not None
-                                        else [0] * (piece.row is not None) + [s.step for s in steps]))
+                                        else [0] * (piece.row is not None) + [s[0] for s in steps]))
         ended = [p.run for p in pieces if (p.end is not None or p.records[0]) and p.run.query]
         if level == "whole" and ended and self.embedder is not None:
             batch.add_embeddings(embedding_rows(self.embedder, ended))
@@ -303,7 +302,7 @@ class Writer:
             for level in ("whole", "without extras", "row only"):
                 kept = len(piece.run.notes)
                 try:
-                    note = [_loss(piece.run, level, first)] if first is not None else []
+                    note = [_loss(piece, level, first)] if first is not None else []
                     piece.run.notes.extend(note)
                     self.commit(self._batch([piece], level, note))
                 except Exception as err:
@@ -347,10 +346,10 @@ def _file_failure(err: BaseException) -> Optional[str]:
     return storage_failure(err) or (first_line(err) if isinstance(err, StillFailing) else None)
 
 
-def _loss(run: Run, level: str, err: BaseException) -> str:
+def _loss(piece: Piece, level: str, err: BaseException) -> str:
     why = f"{type(err).__name__}: {clip(first_line(err), 200)}"
     if level == "without extras":
-        extra = ", ".join(sorted(t for t in run.rows if not t.startswith("_")) + (["query embedding"] if run.query
-                                                                                    else []))
+        tables = {t for t, _ in piece.records[4] if not t.startswith("_")}
+        extra = ", ".join(sorted(tables) + (["query embedding"] if piece.run.query else []))
         return f"written without its {extra or 'extra rows'}, which could not be written: {why}"
     return f"only its runs row was written; its steps, reads, writes and rows could not be: {why}"
