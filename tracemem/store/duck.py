@@ -20,6 +20,7 @@ import shutil
 import threading
 import weakref
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Callable, Iterator, Optional
 
 import duckdb
@@ -215,10 +216,7 @@ class DuckWrites:
     def __init__(self, file_con: duckdb.DuckDBPyConnection, journal: Optional[FileJournal]) -> None:
         self.file_con, self.journal = file_con, journal
         self.con = file_con.cursor()
-
-    def insert(self, batch: Batch) -> None:
-        """A batch, on this connection (store/write/rows.py)."""
-        batch.insert(self.con)
+        self.insert = partial(Batch.insert, con=self.con)  # a batch, on this connection (store/write/rows.py)
 
     def meta(self, key: str) -> Optional[str]:
         """A `tracemem_meta` value as the writer's connection sees it (what its last batch committed)."""
@@ -239,6 +237,7 @@ class DuckWrites:
             pass
         self.con.close()  # (rolls back whatever it had open)
         self.con = self.file_con.cursor()
+        self.insert = partial(Batch.insert, con=self.con)
 
     def close(self) -> None:
         self.con.close()
