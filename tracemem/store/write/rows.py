@@ -158,14 +158,6 @@ def _derived(table: str, arrays: dict[str, pa.Array]) -> dict[str, pa.Array]:
     return {}
 
 
-def table_arrays(table: str, columns: Sequence[Sequence[Any]]) -> dict[str, pa.Array]:
-    """A table's batch as Arrow arrays by column name: the given columns (`GIVEN` order) and the derived
-    ones (what every backend inserts)."""
-    arrays = {c: pa.array(values, type=t) for (c, t), values in zip(GIVEN[table], columns)}
-    arrays.update(_derived(table, arrays))
-    return arrays
-
-
 COLUMNAR = ("steps", "reads", "writes")  # the hot tables, collected column by column
 
 
@@ -332,34 +324,35 @@ class Batch:
         return out
 
     def _insert(self, con: Any, cleaner: Optional[Cleaner]) -> None:
+        """As few DuckDB calls as the batch allows (each call from the writer's thread waits for the GIL several
+        times, `python bench/duckdb_gil.py`): one for the rows, the journal position, the token and the commit;
+        the runs it completes and notes it adds (which take parameters) between two calls when there are any."""
         tables = self.arrow(cleaner)  # built before the transaction: a value Arrow rejects never opens one
         names = [f"_tracemem_{table}" for table, _ in tables]
-        updates = self.finished or self.notes or self.journaled or self.position is not None or self.token or (
-            cleaner is not None and cleaner.rendered())
-        rest = "".join(insert_sql(table, name, batch.column_names)
-                       for name, (table, batch) in zip(names, tables)) + ("" if updates else "COMMIT")
+        rows = "BEGIN TRANSACTION; " + "".join(insert_sql(table, name, batch.column_names)
+                                               for name, (table, batch) in zip(names, tables))
+        notes = list(self.notes.items()) + list(cleaner.rendered().items() if cleaner is not None else ())
+        tail = "".join(meta_sql(key, value) for key, value in (
+            ("journal_applied", None if self.position is None else str(self.position)),
+            (f"batch:{self.lease}", self.token)) if value is not None) + "COMMIT"
         try:
-            execute_with(con, "BEGIN TRANSACTION; " + rest, dict(zip(names, (t for _, t in tables))))
-            if not updates:
+            if not (self.finished or notes or self.journaled):
+                execute_with(con, rows + tail, dict(zip(names, (t for _, t in tables))))
                 return
+            execute_with(con, rows, dict(zip(names, (t for _, t in tables))))
             for run_id, end in self.finished:
                 con.execute(FINISH_SQL, finish_params(run_id, end, cleaner))
-            added = list(self.notes.items()) + list(cleaner.rendered().items() if cleaner is not None else ())
-            for run_id, notes in added:
-                notes = [n.encode("utf-8", "backslashreplace").decode("utf-8") for n in notes]
+            for run_id, added in notes:
+                added = [n.encode("utf-8", "backslashreplace").decode("utf-8") for n in added]
                 con.execute("UPDATE runs SET notes = list_concat(coalesce(notes, []::VARCHAR[]), ?::VARCHAR[]) "
-                            "WHERE run_id = ?", [notes, run_id])
+                            "WHERE run_id = ?", [added, run_id])
             for run_id, steps in self.journaled:
                 if steps is None:
                     con.execute("DELETE FROM step_journal WHERE run_id = ?", [run_id])
                 else:
                     con.execute("DELETE FROM step_journal WHERE run_id = ? AND step IN (SELECT unnest(?::INTEGER[]))",
                                 [run_id, steps])
-            if self.position is not None:
-                con.execute(META_SQL, ["journal_applied", str(self.position)])
-            if self.token is not None:
-                con.execute(META_SQL, [f"batch:{self.lease}", self.token])
-            con.execute("COMMIT")
+            con.execute(tail)
         except BaseException:
             rollback(con)
             raise
@@ -368,6 +361,12 @@ class Batch:
 META_SQL = "INSERT INTO tracemem_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 """What a batch moves in `tracemem_meta`: how far a DuckDB file's journal the tables hold (`journal_applied`), and
 the token of the last batch this store opening committed (`batch:<lease>`)."""
+
+
+def meta_sql(key: str, value: str) -> str:
+    """META_SQL with its values written in as SQL strings, to go in one call with other statements."""
+    key, value = (text.replace("'", "''") for text in (key, value))
+    return META_SQL.replace("?, ?", f"'{key}', '{value}'") + "; "
 
 
 def insert_sql(table: str, name: str, columns: Sequence[str]) -> str:
