@@ -14,7 +14,8 @@ of one another's order: each keeps its own state. Tokens and requested tool call
 from `ctx.complete` and go to the stream only (`EventFeed`, which `flow.stream` attaches).
 A subflow's steps are events too, with the child run's id and `parent_run_id` set. A listener
 that needs only each run's start and end says so with an attribute `steps = False` (the store
-in its default durability): no step event is built for it.
+in its default durability), one that needs no `StepStarted` with `step_starts = False`: no
+event is built that no listener hears.
 """
 from __future__ import annotations
 
@@ -57,33 +58,28 @@ class StepStarted:
 
 @dataclass(frozen=True)
 class StepFinished:
-    """A step ended: ok (its writes committed, `writes` in order) or failed (`error`; nothing committed)."""
+    """A step ended: ok (its writes committed, `writes` in order) or failed (`error`; nothing committed). The
+    step's own fields (`step`, `stage`, `name`, `step_kind`, `iteration`, `status`, `error`, `started_at`,
+    `ended_at`) are those of `record`, the step as recorded."""
 
     run_id: str
-    step: int
-    stage: str
-    name: str
-    step_kind: StepKind
-    iteration: int
-    status: str
-    error: Optional[str]
+    record: Step
     writes: tuple[Write, ...]
-    started_at: int  # ns since epoch
-    ended_at: int
-    record: Optional[Step] = field(default=None, compare=False, repr=False)  # the step as recorded
     reads: tuple[Read, ...] = field(default=(), compare=False, repr=False)
     decision: Optional[Decision] = field(default=None, compare=False, repr=False)
     rows: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), compare=False, repr=False)  # (table, row)
     parent_run_id: Optional[str] = field(default=None, compare=False, repr=False)
     kind: Literal["step_finished"] = "step_finished"
 
-    @classmethod
-    def of(cls, run: "Run", step: Step, reads: list[Read], writes: list[Write], decision: Optional[Decision],
-           rows: list[tuple[str, dict[str, Any]]]) -> "StepFinished":
-        """The event of a step as the runner recorded it."""
-        return cls(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status, step.error,
-                   tuple(writes), step.started_at, step.ended_at, step, tuple(reads), decision, tuple(rows),
-                   run.parent_run_id)
+    step = property(lambda self: self.record.step, doc="The step's number in its run.")
+    stage = property(lambda self: self.record.stage, doc="The stage's id.")
+    name = property(lambda self: self.record.name)
+    step_kind = property(lambda self: self.record.kind, doc="stage, decider, map-item, tool, ...")
+    iteration = property(lambda self: self.record.iteration)
+    status = property(lambda self: self.record.status, doc="ok, failed or paused.")
+    error = property(lambda self: self.record.error)
+    started_at = property(lambda self: self.record.started_at, doc="ns since the epoch")
+    ended_at = property(lambda self: self.record.ended_at, doc="ns since the epoch")
 
     @property
     def duration_ms(self) -> float:

@@ -59,6 +59,7 @@ class Execution:
         self.salt = store.salt if store is not None else PROCESS_SALT
         self.listeners = list(listeners)
         self.step_listeners: list[Listener] = []  # set as the run starts (`flow.stream` adds its listener before)
+        self.start_listeners: list[Listener] = []  # those of them that hear a step start too
         self.secret_fields = bool(program.schema.secret)  # the scope has fields to mask in what is recorded
         self.resume = resume  # the run this one continues (a conversation thread)
         self.start = start  # where a resumed run or a fork starts (None: a fresh run)
@@ -87,6 +88,7 @@ class Execution:
         self.async_mode = async_mode
         # the listeners that hear each step (one with `steps = False` hears the run's start and end only)
         self.step_listeners = [listener for listener in self.listeners if getattr(listener, "steps", True)]
+        self.start_listeners = [listener for listener in self.step_listeners if getattr(listener, "step_starts", True)]
         run = self._begin_run()
         start = self.start
         if self.listeners:
@@ -189,9 +191,9 @@ class Execution:
         step = self.next_step = self.next_step + 1
         iteration = self.counts.get(spec.id, 0)
         self.counts[spec.id] = iteration + 1
-        if self.step_listeners:
+        if self.start_listeners:
             self.emit(StepStarted(self.run.run_id, step, spec.id, spec.name, kind, iteration, self.run.parent_run_id),
-                      self.step_listeners)
+                      self.start_listeners)
         begun = Begun(spec, self.state, step, kind, iteration, self.loops.routed_by(ins) if ins.regions else None)
         if self.deliver is not None and self.deliver.stage == spec.id and kind not in MAPPED:  # (a map: parallel.py)
             deliver(begun, self.deliver, self.effects, self.run.run_id, True)
@@ -271,9 +273,8 @@ class Execution:
         for table, row in rows:
             run.rows.setdefault(table, []).append(row)
         if self.step_listeners:
-            self.emit(StepFinished(run.run_id, step.step, step.stage, step.name, step.kind, step.iteration, step.status,
-                                   step.error, tuple(writes), step.started_at, step.ended_at, step, tuple(reads),
-                                   decision, tuple(rows), run.parent_run_id), self.step_listeners)
+            self.emit(StepFinished(run.run_id, step, tuple(writes), tuple(reads), decision, tuple(rows),
+                                   run.parent_run_id), self.step_listeners)
             if decision is not None:
                 self.emit(DecisionEvent(run.run_id, step.step, step.stage, decision.chosen, decision.evidence),
                           self.step_listeners)

@@ -72,9 +72,10 @@ class StoreListener:
         self.writer, self.journal, self.lease, self.recent = writer, journal, lease, recent
         self.stage = self.steps = durability == "stage"  # (durability "run" needs no step events: events.py)
         self.defer_sync = self.stage and getattr(journal, "fsync", False)  # a stage's sync waits for the next step
+        self.step_starts = self.defer_sync  # (only a deferred sync needs to hear a step start)
         self.unsynced = False
         self.resumed: dict[str, tuple[Any, ...]] = {}  # resumed runs: their record's counts when resumed
-        self.runs: dict[str, Run] = {}  # durability "stage" runs going on
+        self.runs: dict[str, tuple[Run, RunFacts]] = {}  # durability "stage" runs going on, with what the writer needs
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, StepFinished):
@@ -98,19 +99,21 @@ class StoreListener:
         if resumed is not None:
             self.resumed[run.run_id] = resumed
         if self.stage:
-            self.runs[run.run_id] = run
+            self.runs[run.run_id] = (run, RunFacts.of(run))
             if resumed is None:
                 self._put(run, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1)
 
     def _stage(self, event: StepFinished) -> None:
-        run = self.runs.get(event.run_id)
-        if run is None or event.record is None:
+        going = self.runs.get(event.run_id)
+        if going is None:
             return
+        run, facts = going
         step = event.record
         records = plain_records((step,), event.reads, event.writes, (event.decision,) if event.decision else (),
                                 event.rows)
         entry = step_entry(run.run_id, records)
-        self._put(run, entry, None, records, None, cost_of(run, records, whole=False), sync=not self.defer_sync)
+        self._put(run, entry, None, records, None, cost_of(run, records, whole=False), sync=not self.defer_sync,
+                  facts=facts)
         self.unsynced = self.defer_sync
 
     def _ended(self, run: Run) -> None:
@@ -130,17 +133,19 @@ class StoreListener:
             self.recent.add(run)
 
     def _put(self, run: Run, entry: Entry, row: Optional[tuple], records: Records, end: Optional[dict[str, Any]],
-             cost: int, sync: bool = True) -> None:
-        """Journal an entry, then queue its piece (under the journal's lock: the writer meets them in order)."""
+             cost: int, sync: bool = True, facts: Optional[RunFacts] = None) -> None:
+        """Journal an entry, then queue its piece (under the journal's lock: the writer meets them in order);
+        `facts`: what the writer needs of the run, if taken already (a stage's: the run's as it began)."""
+        facts = facts or RunFacts.of(run)
         if self.journal is None:
-            self.writer.queue.put(Piece(RunFacts.of(run), row, records, end, None, cost))
+            self.writer.queue.put(Piece(facts, row, records, end, None, cost))
             return
         with self.journal.lock:
             try:
                 position = self.journal.append(entry, sync)
             except OSError as err:  # the journal's disk: the store stops accepting runs, loudly
                 raise self.writer.stop_accepting(err, f"journaling run {run.run_id}") from err
-            self.writer.queue.put(Piece(RunFacts.of(run), row, records, end, position, cost))
+            self.writer.queue.put(Piece(facts, row, records, end, position, cost))
 
 
 def cost_of(run: Run, records: Records, whole: bool = True) -> int:

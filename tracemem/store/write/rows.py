@@ -216,7 +216,8 @@ class Piece(NamedTuple):
         records become lists that the queue owns and extends from then on."""
         records = self.records if isinstance(self.records[0], list) else tuple(list(r) for r in self.records)
         for mine, added in zip(records, later.records):
-            mine.extend(added)
+            if added:
+                mine.extend(added)
         return Piece(later.run, self.row, records, later.end,
                      self.position if later.position is None else later.position, self.cost + later.cost)
 

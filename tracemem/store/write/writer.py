@@ -105,7 +105,7 @@ class PieceQueue:
             else:
                 self._items.append((piece, now, self.seq))
             self._cost += piece.cost
-            self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self))
+            self.peak_cost, self.peak_pending = max(self.peak_cost, self._cost), max(self.peak_pending, len(self._items))
             if self._cost >= self.max_batch:
                 self.cv.notify_all()
 
