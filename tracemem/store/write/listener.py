@@ -99,9 +99,10 @@ class StoreListener:
         if resumed is not None:
             self.resumed[run.run_id] = resumed
         if self.stage:
-            self.runs[run.run_id] = (run, RunFacts.of(run))
+            facts = RunFacts.of(run)
+            self.runs[run.run_id] = (run, facts)
             if resumed is None:
-                self._put(run, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1)
+                self._put(run, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1, facts=facts)
 
     def _stage(self, event: StepFinished) -> None:
         going = self.runs.get(event.run_id)
