@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracemem.memory import HashingEmbedder, Memory, MiniLMEmbedder  # noqa: E402
-from tracemem.memory.context import CONTEXT_WEIGHT  # noqa: E402
+from tracemem.memory.context import CONTEXT_WEIGHT, CONTEXT_WINDOW  # noqa: E402
 from tracemem.memory.errors import EmbedderUnavailableError  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
@@ -211,9 +211,10 @@ def vector_only(embedder, texts: list[str]) -> Callable[[str, int], list[int]]:
 
 
 def memory_ranker(embedder, texts: list[str], ids: list[str], *, semantic: bool,
-                  context_weight: float = 0.0) -> Callable[[str, int], list[int]]:
+                  context_weight: float = 0.0, context_window: int = 0) -> Callable[[str, int], list[int]]:
     """Ranks through a real `Memory` (remember_many, then search): what a user of the store gets."""
-    mem = Memory(duckdb.connect(":memory:"), threading.RLock(), embedder=embedder, context_weight=context_weight)
+    mem = Memory(duckdb.connect(":memory:"), threading.RLock(), embedder=embedder, context_weight=context_weight,
+                 context_window=context_window)
     recs = mem.remember_many({"subject": "conv", "text": t, "source_ref": i} for t, i in zip(texts, ids))
     pos = {r.memory_id: j for j, r in enumerate(recs)}
     return lambda q, k: [pos[r.memory_id] for r in mem.search("conv", q, semantic=semantic, limit=k).records]
@@ -259,7 +260,8 @@ def locomo_methods(quick: bool, no_minilm: bool) -> dict[str, Callable]:
         "literal search (ours: BM25+PRF)": lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=False),
         "hashing embedder, vector only": lambda texts, ids: vector_only(hashing, texts),
         OLD_DEFAULT: lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True),
-        FALLBACK: lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT),
+        FALLBACK: lambda texts, ids: memory_ranker(hashing, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT,
+                                                   context_window=CONTEXT_WINDOW),
     }
     if quick or no_minilm:
         return methods
@@ -276,14 +278,17 @@ def locomo_methods(quick: bool, no_minilm: bool) -> dict[str, Callable]:
     for w in (0.25, 0.75):
         methods[f"BM25 ⊕ MiniLM + context {w}"] = (
             lambda texts, ids, w=w: memory_ranker(onnx, texts, ids, semantic=True, context_weight=w))
-    methods[NEW_DEFAULT] = lambda texts, ids: memory_ranker(onnx, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT)
+    methods[NO_WINDOW] = lambda texts, ids: memory_ranker(onnx, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT)
+    methods[NEW_DEFAULT] = lambda texts, ids: memory_ranker(onnx, texts, ids, semantic=True, context_weight=CONTEXT_WEIGHT,
+                                                            context_window=CONTEXT_WINDOW)
     return methods
 
 
 OLD_DEFAULT = "default before (BM25 ⊕ hashing)"
-FALLBACK = f"fallback (BM25 ⊕ hashing + context {CONTEXT_WEIGHT})"
+FALLBACK = f"fallback (BM25 ⊕ hashing + context {CONTEXT_WEIGHT}, window {CONTEXT_WINDOW})"
 OLD_MINILM = "MiniLM before (BM25 ⊕ MiniLM, numpy)"
-NEW_DEFAULT = f"new default (BM25 ⊕ MiniLM ONNX + context {CONTEXT_WEIGHT})"
+NO_WINDOW = f"BM25 ⊕ MiniLM ONNX + context {CONTEXT_WEIGHT}, no window"
+NEW_DEFAULT = f"new default (BM25 ⊕ MiniLM ONNX + context {CONTEXT_WEIGHT}, window {CONTEXT_WINDOW})"
 
 
 def print_locomo(locomo: dict[str, dict]) -> None:

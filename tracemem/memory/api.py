@@ -20,7 +20,7 @@ import numpy as np
 
 from . import binding, bulk, fingerprint, overlap, persist, shared, sql
 from .cache import IndexCache
-from .context import CONTEXT_WEIGHT
+from .context import CONTEXT_WEIGHT, CONTEXT_WINDOW
 from .default import default_embedder
 from .embedders import Embedder
 from .errors import MemoryInputError, MemoryNotFoundError, MemoryStoreError
@@ -52,7 +52,7 @@ class Memory:
                  embedder: Embedder | None = _DEFAULT, floor: float = DEFAULT_FLOOR,
                  clock: Callable[[], datetime] | None = None, read_only: bool = False,
                  index_dir: str | Path | None = "auto", sql_ops: Any = None,
-                 context_weight: float = CONTEXT_WEIGHT) -> None:
+                 context_weight: float = CONTEXT_WEIGHT, context_window: int = CONTEXT_WINDOW) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
         self.con = con
@@ -60,6 +60,7 @@ class Memory:
         self.embedder: Embedder | None = embedder
         self.floor = float(floor)
         self.context_weight = float(context_weight)  # neighbours' share in a record's score (memory/context.py)
+        self.context_window = int(context_window)  # records either side a strong candidate lifts (0: none)
         self._clock = clock or utc_now
         self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's (PostgreSQL: store/pg/memory_sql.py)
         with self.lock:
@@ -372,7 +373,7 @@ class Memory:
                                      lexical_weight=float(getattr(emb, "lexical_weight", 0.5)),
                                      min_similarity=float(getattr(emb, "min_similarity", 0.0)),
                                      recall=recall, floor=self.floor, now=at, limit=limit,
-                                     context_weight=self.context_weight)
+                                     context_weight=self.context_weight, context_window=self.context_window)
                 records = scored_records(shard, ranking, subject, self._fetch)
                 if records is not None:
                     break

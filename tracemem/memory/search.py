@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .context import neighbour_lift
+from .context import neighbour_lift, window_lift
 from .feedback import PRF_DOCS, feedback_terms
 from .fusion import Candidates, best_of
 from .index import FLAGGED_CODE, MAX_US, MIN_US, REVIEW_CODE, Shard, from_micros, to_micros
@@ -165,8 +165,9 @@ class Ranking:
 
 def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexical_weight: float,
                min_similarity: float, recall: bool, floor: float, now: datetime, limit: int | None,
-               context_weight: float = 0.0) -> Ranking:
-    """Score the shard's live rows (with their neighbours', context.py), filter candidates, cut to `limit`."""
+               context_weight: float = 0.0, context_window: int = 0) -> Ranking:
+    """Score the shard's live rows (with their neighbours' and their stretch of the conversation's, context.py),
+    filter candidates, cut to `limit`."""
     n = shard.n
     qtids = shard.lex.lookup(terms(query))
     if limit is not None and (query_vec is None or (shard.vecs is not None and shard.vecs.mode() == "int8")):
@@ -182,6 +183,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     score_c = found.fused()
     if context_weight > 0 and len(rows) and n < INT8_MIN_ROWS:  # subjects ranked through bounds go without
         score_c = score_c + neighbour_lift(found.every_fused(), shard.alive[:n], rows, context_weight)
+        score_c = score_c + window_lift(rows, np.where(eligible, score_c, -np.inf), shard.alive[:n], context_window)
     out.score[rows] = score_c
     out.lexical[rows] = found.lexical
     keep = rows[eligible]
