@@ -217,3 +217,37 @@ def test_scores_are_finite_and_vectors_normalized(mem: Memory) -> None:
         mem.remember("u", t + " text")
     res = mem.search("u", "text long", limit=None)
     assert all(np.isfinite(r.score) for r in res.records)
+
+
+# -- the conversation's stretch (memory/context.py window_lift) ------------------------------------
+def _stretch_memory(window: int) -> tuple[Memory, list[str]]:
+    """A strong match, a weaker one two records after it, many unrelated records, then a weaker one alone."""
+    mem = Memory(duckdb.connect(":memory:"), embedder=None, clock=lambda: NOW, context_window=window)
+    texts = ["we talked about sailing boats and the harbour", "filler one", "the harbour festival one",
+             *[f"unrelated chatter number {i}" for i in range(30)], "the harbour festival two"]
+    recs = mem.remember_many({"subject": "c", "text": t} for t in texts)
+    return mem, [r.memory_id for r in recs]
+
+
+def test_a_match_in_a_stretch_that_matches_well_outranks_an_equal_one_alone() -> None:
+    near, far = 2, 33  # "the harbour festival one" / "two": the same score but for the stretch around them
+    mem, ids = _stretch_memory(5)
+    ranked = [r.memory_id for r in mem.search("c", "sailing harbour festival", semantic=False, limit=None).records]
+    assert ranked.index(ids[near]) < ranked.index(ids[far])
+    mem, ids = _stretch_memory(0)  # off: the tie goes to the newer record, as before
+    ranked = [r.memory_id for r in mem.search("c", "sailing harbour festival", semantic=False, limit=None).records]
+    assert ranked.index(ids[far]) < ranked.index(ids[near])
+
+
+def test_a_flagged_record_lifts_nothing_around_it() -> None:
+    mem, ids = _stretch_memory(5)
+    mem.flag(ids[0], "contradicted", "a later turn said otherwise")
+    result = mem.search("c", "sailing harbour festival", semantic=False, limit=None, recall=True)
+    ranked = [r.memory_id for r in result.records]
+    assert ids[0] not in ranked and ranked.index(ids[33]) < ranked.index(ids[2])
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "5", True])
+def test_a_bad_context_window_says_what_it_takes(bad: object) -> None:
+    with pytest.raises(MemoryInputError, match="context_window"):
+        Memory(duckdb.connect(":memory:"), context_window=bad)  # type: ignore[arg-type]

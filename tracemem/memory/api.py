@@ -55,12 +55,14 @@ class Memory:
                  context_weight: float = CONTEXT_WEIGHT, context_window: int = CONTEXT_WINDOW) -> None:
         if not (isinstance(floor, (int, float)) and 0 <= floor <= 100):
             raise MemoryInputError(f"floor must be in 0..100, got {floor!r}")
+        if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 0:
+            raise MemoryInputError(f"context_window must be a whole number of records (0: off), got {context_window!r}")
         self.con = con
         self.lock = lock if lock is not None else threading.RLock()
         self.embedder: Embedder | None = embedder
         self.floor = float(floor)
         self.context_weight = float(context_weight)  # neighbours' share in a record's score (memory/context.py)
-        self.context_window = int(context_window)  # records either side a strong candidate lifts (0: none)
+        self.context_window = context_window  # records either side a strong candidate lifts (0: none)
         self._clock = clock or utc_now
         self.sql: Any = sql_ops or sql  # memory/sql.py, or the store's (PostgreSQL: store/pg/memory_sql.py)
         with self.lock:
