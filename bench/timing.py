@@ -33,7 +33,7 @@ def queue_whole(store: Any, run: Any) -> None:
     """Queue a finished run for the store's writer as one piece, past the journal: what the ingest figures time."""
     records = run_records(run)
     store.writer.queue.put(Piece(RunFacts.of(run), run_row(run, store.lease), records, None, None,
-                                 cost_of(run, records)))
+                                 cost_of(records, run)))
 
 
 class Bench:

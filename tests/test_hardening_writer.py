@@ -221,7 +221,7 @@ def five(s):
 
 
 def _cost(run) -> int:
-    return cost_of(run, (tuple(run.steps), tuple(run.reads), tuple(run.writes), tuple(run.decisions), ()))
+    return cost_of((tuple(run.steps), tuple(run.reads), tuple(run.writes), tuple(run.decisions), ()), run)
 
 
 def test_flow_run_waits_when_the_queue_is_full_and_batches_are_bounded(tmp_path):

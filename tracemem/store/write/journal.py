@@ -148,18 +148,19 @@ class FileJournal:
     def _allocate(self, needed: int) -> None:
         """Allocate the file's space past `needed`, by about what it holds (64 KiB to 4 MiB: zeros, read as the
         end of the entries); on a disk too full for that, just up to `needed`."""
-        for end in (needed + min(ALLOCATE[1], max(ALLOCATE[0], self.size)), needed):
-            try:
-                if hasattr(os, "posix_fallocate"):
-                    os.posix_fallocate(self._fd, self.allocated, end - self.allocated)
-                else:  # (no way to allocate ahead here: the file grows, its holes read as zeros)
-                    os.ftruncate(self._fd, end)
-            except OSError as err:
-                if err.errno != errno.ENOSPC or end == needed:
-                    raise
-                continue
-            self.allocated = end
-            return
+        try:
+            self._allocate_to(needed + min(ALLOCATE[1], max(ALLOCATE[0], self.size)))
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+            self._allocate_to(needed)
+
+    def _allocate_to(self, end: int) -> None:
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(self._fd, self.allocated, end - self.allocated)
+        else:  # (no way to allocate ahead here: the file grows, its holes read as zeros)
+            os.ftruncate(self._fd, end)
+        self.allocated = end
 
     def sync(self) -> None:
         if self.fsync:

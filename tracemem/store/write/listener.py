@@ -75,7 +75,7 @@ class StoreListener:
         self.step_starts = self.defer_sync  # (only a deferred sync needs to hear a step start)
         self.unsynced = False
         self.resumed: dict[str, tuple[Any, ...]] = {}  # resumed runs: their record's counts when resumed
-        self.runs: dict[str, tuple[Run, RunFacts]] = {}  # durability "stage" runs going on, with what the writer needs
+        self.runs: dict[str, RunFacts] = {}  # durability "stage" runs going on: what the writer needs of each
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, StepFinished):
@@ -99,45 +99,40 @@ class StoreListener:
         if resumed is not None:
             self.resumed[run.run_id] = resumed
         if self.stage:
-            facts = RunFacts.of(run)
-            self.runs[run.run_id] = (run, facts)
+            facts = self.runs[run.run_id] = RunFacts.of(run)  # (taken once: a stage's piece carries them as it began)
             if resumed is None:
-                self._put(run, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1, facts=facts)
+                self._put(facts, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1)
 
     def _stage(self, event: StepFinished) -> None:
-        going = self.runs.get(event.run_id)
-        if going is None:
+        facts = self.runs.get(event.run_id)
+        if facts is None:
             return
-        run, facts = going
-        step = event.record
-        records = plain_records((step,), event.reads, event.writes, (event.decision,) if event.decision else (),
-                                event.rows)
-        entry = step_entry(run.run_id, records)
-        self._put(run, entry, None, records, None, cost_of(run, records, whole=False), sync=not self.defer_sync,
-                  facts=facts)
+        records = plain_records((event.record,), event.reads, event.writes,
+                                (event.decision,) if event.decision else (), event.rows)
+        self._put(facts, step_entry(facts.run_id, records), None, records, None, cost_of(records),
+                  sync=not self.defer_sync)
         self.unsynced = self.defer_sync
 
     def _ended(self, run: Run) -> None:
         mark = self.resumed.pop(run.run_id, None)
+        facts = RunFacts.of(run)
         if self.stage or mark is not None:  # its runs row is in: it gets what came since, and its end facts
             self.runs.pop(run.run_id, None)
             if mark is not None and not self.stage:  # (a "stage" run's steps went one by one)
                 part = run_records(run, since=mark)
-                self._put(run, step_entry(run.run_id, part), None, part, None, cost_of(run, part), sync=False)
-            self._put(run, end_entry(run), None, NOTHING, end_facts(run), 1)
+                self._put(facts, step_entry(run.run_id, part), None, part, None, cost_of(part, run), sync=False)
+            self._put(facts, end_entry(run), None, NOTHING, end_facts(run), 1)
         else:
             records = run_records(run)
-            self._put(run, run_entry(run, self.lease, records), run_row(run, self.lease), records, None,
-                      cost_of(run, records))
+            self._put(facts, run_entry(run, self.lease, records), run_row(run, self.lease), records, None,
+                      cost_of(records, run))
         self.unsynced = False
         if run.status in ("ok", "paused") and run.parent_run_id is None:
             self.recent.add(run)
 
-    def _put(self, run: Run, entry: Entry, row: Optional[tuple], records: Records, end: Optional[dict[str, Any]],
-             cost: int, sync: bool = True, facts: Optional[RunFacts] = None) -> None:
-        """Journal an entry, then queue its piece (under the journal's lock: the writer meets them in order);
-        `facts`: what the writer needs of the run, if taken already (a stage's: the run's as it began)."""
-        facts = facts or RunFacts.of(run)
+    def _put(self, facts: RunFacts, entry: Entry, row: Optional[tuple], records: Records,
+             end: Optional[dict[str, Any]], cost: int, sync: bool = True) -> None:
+        """Journal an entry, then queue its piece (under the journal's lock: the writer meets them in order)."""
         if self.journal is None:
             self.writer.queue.put(Piece(facts, row, records, end, None, cost))
             return
@@ -145,15 +140,15 @@ class StoreListener:
             try:
                 position = self.journal.append(entry, sync)
             except OSError as err:  # the journal's disk: the store stops accepting runs, loudly
-                raise self.writer.stop_accepting(err, f"journaling run {run.run_id}") from err
+                raise self.writer.stop_accepting(err, f"journaling run {facts.run_id}") from err
             self.writer.queue.put(Piece(facts, row, records, end, position, cost))
 
 
-def cost_of(run: Run, records: Records, whole: bool = True) -> int:
-    """The writer's work for a piece: rows, plus one per 64 characters of recorded text (a `whole` piece has the
-    run's input and output too)."""
+def cost_of(records: Records, run: Optional[Run] = None) -> int:
+    """The writer's work for a piece: rows, plus one per 64 characters of recorded text (with `run`, the piece
+    holds the run's input and output too)."""
     steps, reads, writes, decisions, rows = records
     text = sum(len(w[4]) for w in writes if w[4])  # (plain tuples: a write's value is its fifth item)
-    if whole:
+    if run is not None:
         text += len(run.input_json or "") + len(run.output_json or "")
     return 1 + len(steps) + len(reads) + len(writes) + len(decisions) + len(rows) + text // 64
