@@ -146,6 +146,25 @@ def test_stage_durability_puts_each_stage_in_the_file_before_the_next_starts(tmp
             flow.run({}, store=store, durability="sometimes")
 
 
+def test_fsync_stage_durability_syncs_each_stage_before_the_next_and_n_stages_take_n_syncs(tmp_path, monkeypatch):
+    syncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    seen: list[int] = []
+
+    def stage(s):  # how many syncs the journal made before this stage ran
+        seen.append(len(syncs))
+        s.n += 1
+
+    flow = Pipeline("synced", T).then(stage, id="a").then(stage, id="b").then(stage, id="c").build()
+    with Store(str(tmp_path / "f.duckdb"), durability="stage", fsync=True) as store:
+        syncs.clear()
+        assert flow.run({}, store=store).output.n == 3
+        # the run's start rides with its first stage's sync, its last stage with its end's
+        assert seen == [0, 1, 2] and len(syncs) == 3
+        assert store.sql("SELECT count(*) FROM steps").fetchall() == [(3,)]
+
+
 def test_a_run_with_bad_rows_never_blocks_the_others():
     def bad(s, ctx):
         ctx.emit("model_calls", model="m", input_tokens="lots")  # not an integer: stored NULL, and noted

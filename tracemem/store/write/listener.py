@@ -100,8 +100,9 @@ class StoreListener:
             self.resumed[run.run_id] = resumed
         if self.stage:
             facts = self.runs[run.run_id] = RunFacts.of(run)  # (taken once: a stage's piece carries them as it began)
-            if resumed is None:
-                self._put(facts, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1)
+            if resumed is None:  # (with a deferred sync, its first stage's sync covers it: N stages, N syncs)
+                self._put(facts, begin_entry(run, self.lease), run_row(run, self.lease), NOTHING, None, 1,
+                          sync=not self.defer_sync)
 
     def _stage(self, event: StepFinished) -> None:
         facts = self.runs.get(event.run_id)
