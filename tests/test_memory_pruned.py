@@ -70,7 +70,7 @@ def both(shard: Shard, query: str, qv: np.ndarray, **kw: object) -> tuple:
     args = dict(query_vec=qv, lexical_weight=0.9, min_similarity=0.1, recall=False, floor=60.0, now=NOW, limit=10)
     args.update(kw)
     assert shard.vecs is not None
-    shard.vecs.int8_min_rows = 0
+    shard.vecs.int8_min_rows = shard.vecs.pruned_min_rows = 0
     fast = rank_shard(shard, query, **args)  # type: ignore[arg-type]
     shard.vecs.int8_min_rows = 10**12
     exact = rank_shard(shard, query, **args)  # type: ignore[arg-type]

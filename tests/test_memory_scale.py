@@ -192,6 +192,26 @@ def test_int8_scan_is_reranked_in_float32_and_says_how_good_it_is() -> None:
     assert same >= 3
 
 
+@pytest.mark.skipif(int8_kernel() is None, reason="numkong (the 'scale' extra) is not installed")
+def test_a_subject_scanned_in_int8_below_the_pruned_size_keeps_its_context_lift() -> None:
+    shard, q = random_shard(3000)
+    q /= np.linalg.norm(q)
+    shard.vecs.int8_min_rows = 0  # scanned through its int8 codes; pruned_min_rows stays at its default
+    same = 0
+    for query in ("w1 w2", "w3", "w4 w5 w6"):
+        args = dict(query_vec=q, lexical_weight=0.5, min_similarity=0.05, recall=False, floor=60, now=NOW, limit=10)
+        plain = rank_shard(shard, query, **args)  # type: ignore[arg-type]
+        lifted = rank_shard(shard, query, **args, context_weight=0.5, context_window=5)  # type: ignore[arg-type]
+        assert shard.vecs.mode() == "int8" and plain.scan is None and lifted.scan is None  # (not through bounds)
+        top = lifted.rows
+        assert (lifted.score[top] >= plain.score[top] - 1e-9).all() and (lifted.score[top] > plain.score[top]).any()
+        shard.vecs.int8_min_rows = 10**9
+        exact = rank_shard(shard, query, **args, context_weight=0.5, context_window=5)  # type: ignore[arg-type]
+        shard.vecs.int8_min_rows = 0
+        same += top.tolist() == exact.rows.tolist()
+    assert same >= 2
+
+
 def test_an_int8_search_names_its_mode_in_the_receipt() -> None:
     from tracemem.memory.search import SearchResult
 

@@ -20,7 +20,7 @@ honest-recall filters are untouched, and a neighbour that is flagged or out of
 its window may lift a candidate but is never returned itself. The weight was
 chosen on LoCoMo conversations 0-4 and checked on 5-9 (bench/memory.py); a
 memory whose records are unrelated one to the next sets it to 0
-(`Memory(..., context_weight=0)`). A subject of INT8_MIN_ROWS (250,000) records
+(`Memory(..., context_weight=0)`). A subject of PRUNED_MIN_ROWS (250,000) records
 or more is ranked without it, whichever scan runs: such a subject is ranked
 through bounds (pruned.py), which return exactly what a float32 scan without
 context returns.

@@ -33,12 +33,12 @@ import numpy as np
 
 from .index import FLAGGED_CODE, MAX_US, MIN_US, Shard
 from .bounded import QueryScores
-from .vectors import INT8_MIN_ROWS, RERANK, int8_kernel, query_codes
+from .vectors import PRUNED_MIN_ROWS, RERANK, int8_kernel, query_codes
 
 __all__ = ["Pruned", "rank_pruned", "rank_literal", "SAMPLE_ROWS", "LITERAL_MIN_ROWS"]
 
 SAMPLE_ROWS = 32_768  # base rows whose int8 codes estimate the count of vector-only matches
-LITERAL_MIN_ROWS = INT8_MIN_ROWS  # a BM25-only search of a shard this big reads it through bounds too
+LITERAL_MIN_ROWS = PRUNED_MIN_ROWS  # a BM25-only search of a shard this big reads it through bounds too
 _SLACK = 1e-5  # float32 rounding of cosines, added to every bound
 
 

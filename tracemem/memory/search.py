@@ -16,7 +16,7 @@ Honesty. A candidate is a live record of the subject that matches the query
 `recall=True` every candidate that is flagged, under the floor or outside its
 validity window is excluded *before* the top-k cut and counted, so that, when
 the limit cuts nothing, `len(records) + excluded == total_before_filter`.
-A shard scanned through int8 codes (a big one) is ranked through bounds instead
+A shard of `PRUNED_MIN_ROWS` records or more, scanned through int8 codes, is ranked through bounds instead
 (pruned.py): the same records and filters as a float32 scan, but the count of
 records matching by vector alone is estimated from a sample, and the result
 says so (`count_estimated`): there the equation holds only approximately.
@@ -39,7 +39,7 @@ from .pruned import rank_literal, rank_pruned
 from .records import REVIEW_STATES, MemoryRecord
 from .tables import MEMORY_COLUMNS
 from .text import terms
-from .vectors import INT8_MIN_ROWS
+from .vectors import PRUNED_MIN_ROWS
 
 __all__ = ["ScoredRecord", "Exclusion", "SearchResult", "Ranking", "rank_shard", "agrees", "scored_records"]
 
@@ -170,7 +170,9 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     filter candidates, cut to `limit`."""
     n = shard.n
     qtids = shard.lex.lookup(terms(query))
-    if limit is not None and (query_vec is None or (shard.vecs is not None and shard.vecs.mode() == "int8")):
+    vecs = shard.vecs
+    if limit is not None and (query_vec is None or (vecs is not None and vecs.mode() == "int8"
+                                                    and n >= vecs.pruned_min_rows)):
         pruned = _pruned(shard, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
         if pruned is not None:
             return pruned
@@ -181,7 +183,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     eligible = _recall_filter(shard, rows, out, floor, now) if recall and len(rows) else np.ones(len(rows), dtype=bool)
     found.rescore(eligible, limit)
     score_c = found.fused()
-    if context_weight > 0 and len(rows) and n < INT8_MIN_ROWS:  # subjects ranked through bounds go without
+    if context_weight > 0 and len(rows) and n < PRUNED_MIN_ROWS:  # subjects ranked through bounds go without
         score_c = score_c + neighbour_lift(found.every_fused(), shard.alive[:n], rows, context_weight)
         score_c = score_c + window_lift(rows, np.where(eligible, score_c, -np.inf), shard.alive[:n], context_window)
     out.score[rows] = score_c

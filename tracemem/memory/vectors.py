@@ -6,7 +6,7 @@ array. Why int8: at a million rows a float32 scan reads 1.5 GB per query and
 keeps it resident; the int8 scan reads 0.4 GB, and only that stays resident.
 
 Below `INT8_MIN_ROWS` (and whenever the optional `numkong` kernel is missing)
-the scan is float32 with numpy's BLAS: exact. Above it the scan is int8 and
+the scan is float32 with numpy's BLAS: exact. From it on the scan is int8 and
 approximate (cosines off by ~0.001-0.01): search re-ranks the best candidates
 with their float32 vectors (`exact`), so the scores it reports are float32
 scores, but a record the int8 estimate placed outside that pool can be missed,
@@ -17,9 +17,12 @@ Measured before choosing: keeping the int8 scan exact by re-scoring every row
 its error bound leaves undecided touched tens of thousands of float32 rows per
 query at a million records (and kept them resident).
 
-A fused search (BM25 leading, as with the hashing embedder) of such a shard
-mostly does not scan at all: pruned.py bounds which rows can reach the top and
-computes float32 cosines for those only; this scan is its fallback.
+Why 50,000: a float32 scan reads 1.5 KB a row (384 dimensions), and at 100,000
+rows that is 154 MB per query, 6-15 ms here, against 1-2 ms for the int8 codes.
+A fused search (BM25 leading, as with the hashing embedder) of a shard of
+`PRUNED_MIN_ROWS` or more mostly does not scan at all: pruned.py bounds which
+rows can reach the top and computes float32 cosines for those only; this scan
+is its fallback.
 
 The int8 kernel comes from the optional `numkong` package
 (`pip install 'tracemem-agents[scale]'`).
@@ -32,9 +35,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Vectors", "TailRows", "BLOCK_ROWS", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS", "RERANK"]
+__all__ = ["Vectors", "TailRows", "BLOCK_ROWS", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS", "PRUNED_MIN_ROWS",
+           "RERANK"]
 
-INT8_MIN_ROWS = 250_000  # below this the float32 matrix is small and its scan fast: stay exact
+INT8_MIN_ROWS = 50_000  # below this the float32 matrix is small and its scan fast: stay exact
+PRUNED_MIN_ROWS = 250_000  # from this on a fused search is ranked through bounds (pruned.py), without context
 RERANK = 32  # candidates re-scored in float32 beyond the k asked for (top-10 recall 1.000 at 1M, bench)
 
 
@@ -141,6 +146,7 @@ class Vectors:
         self.int8_recall = None if recall is None or not len(recall) or np.isnan(recall[0]) else float(recall[0])
         self.tail = TailRows(dim)
         self.int8_min_rows = INT8_MIN_ROWS
+        self.pruned_min_rows = PRUNED_MIN_ROWS  # (both thresholds are attributes: tests lower them per shard)
 
     @property
     def n_tail(self) -> int:
