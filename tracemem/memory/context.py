@@ -36,6 +36,11 @@ CONTEXT_WEIGHT = 0.5
 CONTEXT_WINDOW, CONTEXT_WINDOW_WEIGHT, POOL = 5, 0.5, 50  # (chosen on LoCoMo conversations 0-4, as the weight)
 
 
+def live_positions(rows: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """Each row's place among the live rows (the rows themselves when no record was deleted, the common case)."""
+    return rows if alive.all() else np.searchsorted(np.flatnonzero(alive), rows)
+
+
 def neighbour_lift(score_all: np.ndarray, alive: np.ndarray, rows: np.ndarray, weight: float) -> np.ndarray:
     """`weight` times the better score of each row's nearest live neighbours before and after it, floored at 0.
 
@@ -43,12 +48,12 @@ def neighbour_lift(score_all: np.ndarray, alive: np.ndarray, rows: np.ndarray, w
     `alive` which rows are live; `rows` (live, ascending or not) are the candidates to lift. Rows
     follow the order of writes (a changed record moves to the end, as a rebuilt index orders them).
     """
-    n = len(score_all)
-    live = np.flatnonzero(alive[:n])
-    if weight <= 0 or not len(rows) or len(live) < 2:
+    alive = alive[:len(score_all)]
+    if weight <= 0 or not len(rows) or np.count_nonzero(alive) < 2:
         return np.zeros(len(rows))
-    at = np.searchsorted(live, rows)  # each candidate's place among the live rows
-    ext = np.concatenate([[0.0], score_all[live], [0.0]])  # live scores, padded at both ends
+    at = live_positions(rows, alive)
+    live_scores = score_all if alive.all() else score_all[alive]
+    ext = np.concatenate([[0.0], live_scores, [0.0]])  # live scores, padded at both ends
     best = np.maximum(ext[at], ext[at + 2])  # ext[at + 1] is the row itself
     return weight * np.maximum(best, 0.0)
 
@@ -66,7 +71,7 @@ def window_lift(rows: np.ndarray, score: np.ndarray, alive: np.ndarray, window: 
     best = best[np.isfinite(score[best])]
     if not len(best):
         return lift
-    at, scores = np.searchsorted(np.flatnonzero(alive), rows[best]), score[best]
+    at, scores = live_positions(rows[best], alive), score[best]
     near = np.abs(at[:, None] - at[None, :]) <= window
     lift[best] = weight * np.maximum(np.where(near, scores[None, :], -np.inf).max(axis=1), 0.0)
     return lift
