@@ -16,10 +16,11 @@ Honesty. A candidate is a live record of the subject that matches the query
 `recall=True` every candidate that is flagged, under the floor or outside its
 validity window is excluded *before* the top-k cut and counted, so that, when
 the limit cuts nothing, `len(records) + excluded == total_before_filter`.
-A shard of `PRUNED_MIN_ROWS` records or more, scanned through int8 codes, is ranked through bounds instead
-(pruned.py): the same records and filters as a float32 scan, but the count of
-records matching by vector alone is estimated from a sample, and the result
-says so (`count_estimated`): there the equation holds only approximately.
+A shard of `PRUNED_MIN_ROWS` records or more, scanned through int8 codes, is
+ranked through bounds instead (pruned.py): the same records and filters as a
+float32 scan, but the count of records matching by vector alone is estimated
+from a sample, and the result says so (`count_estimated`): there the equation
+holds only approximately.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Vectors", "TailRows", "BLOCK_ROWS", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS", "PRUNED_MIN_ROWS",
-           "RERANK"]
+__all__ = ["Vectors", "TailRows", "BLOCK_ROWS", "quantize", "query_codes", "int8_kernel", "INT8_MIN_ROWS",
+           "PRUNED_MIN_ROWS", "RERANK"]
 
 INT8_MIN_ROWS = 50_000  # below this the float32 matrix is small and its scan fast: stay exact
 PRUNED_MIN_ROWS = 250_000  # from this on a fused search is ranked through bounds (pruned.py), without context
