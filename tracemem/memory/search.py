@@ -172,8 +172,8 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     n = shard.n
     qtids = shard.lex.lookup(terms(query))
     vecs = shard.vecs
-    if limit is not None and (query_vec is None or (vecs is not None and vecs.mode() == "int8"
-                                                    and n >= vecs.pruned_min_rows)):
+    bounded = n >= (vecs.pruned_min_rows if vecs is not None else PRUNED_MIN_ROWS)  # ranked through bounds, no context
+    if limit is not None and (query_vec is None or (vecs is not None and vecs.mode() == "int8" and bounded)):
         pruned = _pruned(shard, qtids, query_vec, lexical_weight, min_similarity, recall, floor, now, limit)
         if pruned is not None:
             return pruned
@@ -184,7 +184,7 @@ def rank_shard(shard: Shard, query: str, *, query_vec: np.ndarray | None, lexica
     eligible = _recall_filter(shard, rows, out, floor, now) if recall and len(rows) else np.ones(len(rows), dtype=bool)
     found.rescore(eligible, limit)
     score_c = found.fused()
-    if context_weight > 0 and len(rows) and n < PRUNED_MIN_ROWS:  # subjects ranked through bounds go without
+    if context_weight > 0 and len(rows) and not bounded:
         score_c = score_c + neighbour_lift(found.every_fused(), shard.alive[:n], rows, context_weight)
         score_c = score_c + window_lift(rows, np.where(eligible, score_c, -np.inf), shard.alive[:n], context_window)
     out.score[rows] = score_c
