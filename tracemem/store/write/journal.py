@@ -7,11 +7,15 @@ run into the tables; until then its entries are where it is.
 
 Where entries go depends on the database:
 - a DuckDB file: `FileJournal`, a file beside it (`agent.duckdb.journal`) that entries are
-  appended to, each framed as length, CRC-32 and bytes, one `pwrite()` each (with
-  `fsync=True` an fdatasync too). Its space is allocated ahead, so an append does not
-  change the file's size and a sync writes the entry, not the file's metadata too (a
-  third less time per sync here); a length of 0 ends the entries, and a closed journal is
-  cut to its entries. How far the tables hold it is one number, `journal_applied` in
+  appended to, each framed as length, CRC-32 and bytes (with `fsync=True` an fdatasync
+  too). Its space is allocated ahead and mapped into memory: an append is a copy into the
+  operating system's cache of the file, there once copied, so a process killed right after
+  keeps the entry, as after a `write()`. Unlike `write()`, the copy makes no system call
+  and so keeps Python's GIL, which a call lets the store's writer thread take, to be
+  waited for to get back: a tenth of a "stage" run's time per stage, measured. Allocated
+  ahead, an append does not change the file's size, and a sync writes the entry, not the
+  file's metadata too (a third less time per sync here); a length of 0 ends the entries,
+  and a closed journal is cut to its entries. How far the tables hold it is one number, `journal_applied` in
   `tracemem_meta`, moved in the same transaction as each batch the writer commits, so a
   crash at any moment neither loses an entry nor applies one twice. Opening the file
   replays what lies past that number (store/write/recovery.py) and empties the journal.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import struct
 import threading
@@ -120,6 +125,8 @@ class FileJournal:
         self.lock = threading.RLock()  # (the listener holds it around an append and the queueing of its piece)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.allocated = os.fstat(self._fd).st_size
+        self._map: Optional[mmap.mmap] = None  # the allocated space, mapped (None while none is)
+        self._remap()
         self.size = entries_end(path)  # (what an opening found is applied and emptied first: normally 0)
         if not self.size:
             self._header()
@@ -130,20 +137,19 @@ class FileJournal:
             return self._write(_frame(entry), sync)
 
     def _write(self, frame: bytes, sync: bool) -> int:
+        end = self.size + len(frame)
         try:
-            if self.size + len(frame) > self.allocated:
-                self._allocate(self.size + len(frame))
-            done = 0
-            while done < len(frame):  # (a short write: the rest again, which says why it cannot)
-                done += os.pwrite(self._fd, frame[done:], self.size + done)
+            if end > self.allocated:
+                self._allocate(end)
+            assert self._map is not None
+            self._map[self.size:end] = frame  # in the OS's cache of the file once copied (module docstring)
             if sync and self.fsync:
-                os.fdatasync(self._fd)
+                os.fdatasync(self._fd)  # (Linux writes what the mapping changed too, as msync would)
         except OSError:
-            os.ftruncate(self._fd, self.size)  # no torn entry left to stop a replay of what follows
-            self.allocated = self.size
+            self._cut(self.size)  # no torn entry left to stop a replay of what follows
             raise
-        self.size += len(frame)
-        return self.size
+        self.size = end
+        return end
 
     def _allocate(self, needed: int) -> None:
         """Allocate the file's space past `needed`, by about what it holds (64 KiB to 4 MiB: zeros, read as the
@@ -156,11 +162,32 @@ class FileJournal:
             self._allocate_to(needed)
 
     def _allocate_to(self, end: int) -> None:
+        """Reserve the disk's blocks up to `end`, then map them: a copy into the mapping then never meets a full
+        disk, which a mapped hole would answer with SIGBUS, not an error."""
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(self._fd, self.allocated, end - self.allocated)
-        else:  # (no way to allocate ahead here: the file grows, its holes read as zeros)
-            os.ftruncate(self._fd, end)
+        else:  # (no posix_fallocate here: zeros written reserve the blocks too)
+            os.pwrite(self._fd, bytes(end - self.allocated), self.allocated)
         self.allocated = end
+        self._remap()
+
+    def _remap(self) -> None:
+        """Map the allocated space anew (after it grew or was cut)."""
+        self._unmap()
+        self._map = mmap.mmap(self._fd, self.allocated) if self.allocated else None
+
+    def _unmap(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def _cut(self, size: int) -> None:
+        """Cut the file, and what is allocated and mapped, to `size` bytes (unmapped first: a mapping past the
+        file's end is a SIGBUS waiting to happen)."""
+        self._unmap()
+        os.ftruncate(self._fd, size)
+        self.allocated = size
+        self._remap()
 
     def sync(self) -> None:
         if self.fsync:
@@ -175,8 +202,8 @@ class FileJournal:
         try:
             if applied != self.size:
                 return False
-            os.ftruncate(self._fd, 0)
-            self.size = self.allocated = 0
+            self._cut(0)
+            self.size = 0
             reset()
             self._header()
             return True
@@ -189,6 +216,7 @@ class FileJournal:
 
     def close(self) -> None:
         try:
+            self._unmap()
             os.ftruncate(self._fd, self.size)  # (its entries, without the space allocated ahead)
         finally:
             os.close(self._fd)
