@@ -11,14 +11,15 @@ Where entries go depends on the database:
   too). Its space is allocated ahead and mapped into memory: an append is a copy into the
   operating system's cache of the file, there once copied, so a process killed right after
   keeps the entry, as after a `write()`. Unlike `write()`, the copy makes no system call
-  and so keeps Python's GIL, which a call lets the store's writer thread take, to be
-  waited for to get back: a tenth of a "stage" run's time per stage, measured. Allocated
-  ahead, an append does not change the file's size, and a sync writes the entry, not the
-  file's metadata too (a third less time per sync here); a length of 0 ends the entries,
-  and a closed journal is cut to its entries. How far the tables hold it is one number, `journal_applied` in
-  `tracemem_meta`, moved in the same transaction as each batch the writer commits, so a
-  crash at any moment neither loses an entry nor applies one twice. Opening the file
-  replays what lies past that number (store/write/recovery.py) and empties the journal.
+  and so keeps Python's GIL, which a system call lets the store's writer thread take, to be
+  waited for to get back (a tenth to a fifth of a "stage" run's time, bench/HISTORY.md).
+  Allocated ahead, an append does not change the file's size, and a sync writes the entry,
+  not the file's metadata too (a third less time per sync here); a length of 0 ends the
+  entries, and a closed journal is cut to its entries. How far the tables hold it is one
+  number, `journal_applied` in `tracemem_meta`, moved in the same transaction as each
+  batch the writer commits, so a crash at any moment neither loses an entry nor applies
+  one twice. Opening the file replays what lies past that number (store/write/recovery.py)
+  and empties the journal.
 - PostgreSQL: `step_journal` rows committed on a connection of their own (store/pg/backend.py
   `PgJournal`: any worker can recover another's runs); the writer deletes a run's rows in the
   transaction that writes it.
