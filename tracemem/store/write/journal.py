@@ -7,12 +7,13 @@ run into the tables; until then its entries are where it is.
 
 Where entries go depends on the database:
 - a DuckDB file: `FileJournal`, a file beside it (`agent.duckdb.journal`) that entries are
-  appended to, each framed as length, CRC-32 and bytes (with `fsync=True` an fdatasync
-  too). Its space is allocated ahead and mapped into memory: an append is a copy into the
-  operating system's cache of the file, there once copied, so a process killed right after
-  keeps the entry, as after a `write()`. Unlike `write()`, the copy makes no system call
-  and so keeps Python's GIL, which a system call lets the store's writer thread take, to be
-  waited for to get back (a tenth to a fifth of a "stage" run's time, bench/HISTORY.md).
+  appended to, each framed as length, CRC-32 and bytes. Its space is allocated ahead and
+  mapped into memory: an append is a copy into the operating system's cache of the file,
+  there once copied, so a process killed right after keeps the entry, as after a
+  `write()`. Unlike `write()`, the copy makes no system call and so keeps Python's GIL,
+  which a system call lets the store's writer thread take, to be waited for to get back (a
+  tenth to a fifth of a "stage" run's time, bench/HISTORY.md). With `fsync=True` each
+  entry is written with `pwrite()` and fdatasync'd instead (`_remap` says why).
   Allocated ahead, an append does not change the file's size, and a sync writes the entry,
   not the file's metadata too (a third less time per sync here); a length of 0 ends the
   entries, and a closed journal is cut to its entries. How far the tables hold it is one
@@ -126,7 +127,7 @@ class FileJournal:
         self.lock = threading.RLock()  # (the listener holds it around an append and the queueing of its piece)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.allocated = os.fstat(self._fd).st_size
-        self._map: Optional[mmap.mmap] = None  # the allocated space, mapped (None while none is)
+        self._map: Optional[mmap.mmap] = None  # the allocated space, mapped (None: none is, or fsync=True)
         self._remap()
         self.size = entries_end(path)  # (what an opening found is applied and emptied first: normally 0)
         if not self.size:
@@ -142,10 +143,14 @@ class FileJournal:
         try:
             if end > self.allocated:
                 self._allocate(end)
-            assert self._map is not None
-            self._map[self.size:end] = frame  # in the OS's cache of the file once copied (module docstring)
+            if self._map is not None:
+                self._map[self.size:end] = frame  # in the OS's cache of the file once copied (module docstring)
+            else:  # (fsync=True: a sync's system call comes with each entry anyway)
+                done = 0
+                while done < len(frame):  # (a short write: the rest again, which says why it cannot)
+                    done += os.pwrite(self._fd, frame[done:], self.size + done)
             if sync and self.fsync:
-                os.fdatasync(self._fd)  # (Linux writes what the mapping changed too, as msync would)
+                os.fdatasync(self._fd)
         except OSError:
             self._cut(self.size)  # no torn entry left to stop a replay of what follows
             raise
@@ -173,9 +178,11 @@ class FileJournal:
         self._remap()
 
     def _remap(self) -> None:
-        """Map the allocated space anew (after it grew or was cut)."""
+        """Map the allocated space anew (after it grew or was cut); not with `fsync=True`, whose appends are
+        written, not copied: syncing mapped pages costs more (each is write-protected, and faults at the next
+        append), 10% of a synced stage measured."""
         self._unmap()
-        self._map = mmap.mmap(self._fd, self.allocated) if self.allocated else None
+        self._map = mmap.mmap(self._fd, self.allocated) if self.allocated and not self.fsync else None
 
     def _unmap(self) -> None:
         if self._map is not None:
