@@ -151,7 +151,7 @@ def _kill(proc: subprocess.Popen) -> bool:
     return alive
 
 
-def _read_side(side: Path) -> tuple[dict[str, tuple[int, float]], dict[str, int]]:
+def read_side(side: Path) -> tuple[dict[str, tuple[int, float]], dict[str, int]]:
     """Returned runs {run_id: (i, monotonic time)} and finished stages {run_id: highest k}."""
     returned: dict[str, tuple[int, float]] = {}
     finished: dict[str, int] = {}
@@ -287,7 +287,7 @@ def _trial(base: Path, mode: str, kwargs: dict, seed: int, tally: Tally) -> None
     time.sleep(rng.uniform(2.2, 3.0) if long_wait else rng.uniform(0.05, 0.6))
     killed_at = time.monotonic()
     assert _kill(worker), f"mode {mode!r}, trial seed {seed}: the worker ended by itself: {err.read_text()[-2000:]}"
-    returned, finished = _read_side(side)
+    returned, finished = read_side(side)
     if seed % 3 == 0:  # one trial in three: a crash while recovering: the next opening must still find everything
         opener = _start(folder / "opener.py", OPENER.format(root=ROOT, path=path), err)
         _wait_ready(opener, err, f"mode {mode!r}, trial seed {seed}: the opener")

@@ -30,15 +30,14 @@ from typing import Any
 import pytest
 
 from pg_fixtures import pg_server  # noqa: F401
-from test_crash_trials import ROOT, STAGES, WORKER  # the file trials' worker, given a PostgreSQL URL
+from test_crash_trials import ROOT, STAGES, WORKER, read_side  # the file trials' worker, given a PostgreSQL URL
 from tracemem.store import Store
 
 
 
 def _returned(side: Path) -> dict[str, int]:
     """The runs flow.run returned: `R run_id i time` lines (`S` lines say which stages ended)."""
-    lines = [line.split() for line in side.read_text().splitlines()]  # (an os.write of a short line is atomic)
-    return {parts[1]: int(parts[2]) for parts in lines if parts[0] == "R"}
+    return {run_id: i for run_id, (i, _) in read_side(side)[0].items()}  # (a line the kill cut short is no claim)
 
 
 def _trial(server: Any, folder: Path, seed: int) -> tuple[int, int]:
